@@ -1,0 +1,1 @@
+"""The Shoebox service: the Flask API, the command line and the workers."""

@@ -1,0 +1,15 @@
+"""The `shoebox` command line: one group that collects each concern's commands."""
+
+import click
+
+from service.commands import game, odds, store
+
+
+@click.group()
+def main() -> None:
+    """Shoebox: a provably fair Punto Banco server with a tamper-evident audit log."""
+
+
+for _module in (game, odds, store):
+    for _command in _module.commands:
+        main.add_command(_command)

@@ -1,0 +1,1 @@
+"""Command-line commands, one module per concern; `service.cli` collects them."""

@@ -1,0 +1,43 @@
+"""Fixtures shared by every test tier: a PostgreSQL server and a fresh database per run."""
+
+import os
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+
+@pytest.fixture(scope="session")
+def postgres_server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A server to create test databases on: TEST_DATABASE_URL, DATABASE_URL, or an embedded one."""
+    url = os.environ.get("TEST_DATABASE_URL") or os.environ.get("DATABASE_URL")
+    if url:
+        yield url
+        return
+    # Imported here so that runs against a real server never touch the embedded wheel.
+    from service.embedded import EmbeddedPostgres
+
+    data_dir = Path(os.environ.get("SHOEBOX_DATA_DIR", ".shoebox")) / "test-postgres"
+    with EmbeddedPostgres(data_dir) as server:
+        yield server.url
+
+
+@pytest.fixture(scope="session")
+def database_url(postgres_server_url: str) -> Iterator[str]:
+    """A database of this run's own, dropped when the run ends."""
+    name = f"shoebox_test_{os.getpid()}_{secrets.token_hex(4)}"
+    with psycopg.connect(postgres_server_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    params = conninfo_to_dict(postgres_server_url)
+    params["dbname"] = name
+    try:
+        yield make_conninfo(**params)  # type: ignore[arg-type]
+    finally:
+        with psycopg.connect(postgres_server_url, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
