@@ -1,0 +1,58 @@
+"""Shoebox's configuration, read once from the environment and passed down from there."""
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Self
+
+DEFAULT_DATA_DIR = Path(".shoebox")
+DEFAULT_API_HOST = "127.0.0.1"
+DEFAULT_API_PORT = 8000
+
+
+class SettingsError(ValueError):
+    """An environment variable holds a value Shoebox cannot use."""
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Where Shoebox keeps its data and which servers it talks to."""
+
+    # None means "start the embedded server": see service.embedded.
+    database_url: str | None = None
+    redis_url: str | None = None
+    data_dir: Path = DEFAULT_DATA_DIR
+    # The role that may only INSERT and SELECT on the event log; None means database_url's role.
+    app_database_url: str | None = None
+    # None means any free port; a fixed one lets other tools find the embedded servers.
+    embedded_postgres_port: int | None = None
+    embedded_redis_port: int | None = None
+    api_host: str = DEFAULT_API_HOST
+    api_port: int = DEFAULT_API_PORT
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] = os.environ) -> Self:
+        """Read the settings from `environ`, treating an empty variable as unset."""
+
+        def text(name: str) -> str | None:
+            return environ.get(name) or None
+
+        def port(name: str) -> int | None:
+            value = text(name)
+            if value is None:
+                return None
+            if not value.isdecimal() or not 0 < int(value) < 65536:
+                raise SettingsError(f"{name} must be a TCP port from 1 to 65535, not {value!r}")
+            return int(value)
+
+        return cls(
+            database_url=text("DATABASE_URL"),
+            redis_url=text("REDIS_URL"),
+            data_dir=Path(text("SHOEBOX_DATA_DIR") or DEFAULT_DATA_DIR),
+            app_database_url=text("SHOEBOX_APP_DATABASE_URL"),
+            embedded_postgres_port=port("SHOEBOX_POSTGRES_PORT"),
+            embedded_redis_port=port("SHOEBOX_REDIS_PORT"),
+            api_host=text("SHOEBOX_API_HOST") or DEFAULT_API_HOST,
+            api_port=port("SHOEBOX_API_PORT") or DEFAULT_API_PORT,
+        )
