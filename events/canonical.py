@@ -1,0 +1,259 @@
+"""The canonical JSON encoding of an event and the SHA-256 hash chain built on it.
+
+docs/audit-log.md is the normative description; this module must stay byte-for-byte with it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+
+import orjson
+
+from events.store import (
+    GENESIS_HASH,
+    EventMetadata,
+    JsonObject,
+    JsonValue,
+    RecordedEvent,
+    StreamAppend,
+    category_of,
+)
+
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+
+
+class CanonicalJsonError(ValueError):
+    """A value lies outside the JSON subset the hash chain can encode canonically."""
+
+
+def normalise(value: object, path: str = "$") -> JsonValue:
+    """A plain dict/list copy of `value`, or CanonicalJsonError if it is not canonical JSON.
+
+    Allowed: None, bool, int in signed 64-bit, str without U+0000 (PostgreSQL's jsonb cannot
+    hold it), lists/tuples of these, and dicts with str keys. Floats are refused so that money
+    and every other number has exactly one written form.
+    """
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        if not INT64_MIN <= value <= INT64_MAX:
+            raise CanonicalJsonError(f"{path}: integer {value} is outside signed 64-bit")
+        return int(value)
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise CanonicalJsonError(f"{path}: strings may not contain U+0000")
+        return str(value)
+    if isinstance(value, Mapping):
+        copy: dict[str, JsonValue] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise CanonicalJsonError(f"{path}: object key {key!r} is not a string")
+            if "\x00" in key:
+                raise CanonicalJsonError(f"{path}: object keys may not contain U+0000")
+            copy[key] = normalise(item, f"{path}.{key}")
+        return copy
+    if isinstance(value, list | tuple):
+        return [normalise(item, f"{path}[{index}]") for index, item in enumerate(value)]
+    raise CanonicalJsonError(f"{path}: {type(value).__name__} is not allowed in canonical JSON")
+
+
+def _dumps(value: object) -> bytes:
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONEncodeError as error:
+        # Lone surrogates end up here: they have no UTF-8 form.
+        raise CanonicalJsonError(str(error)) from error
+
+
+def canonical_json(value: object) -> bytes:
+    """The canonical UTF-8 JSON bytes of a value: sorted keys, no whitespace, no floats."""
+    return _dumps(normalise(value))
+
+
+def format_timestamp(moment: datetime) -> str:
+    """RFC 3339 in UTC with exactly six fractional digits and a `Z`."""
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise ValueError("timestamps in the log are timezone-aware")
+    utc = moment.astimezone(UTC)
+    # Spelled out because strftime's %Y does not zero-pad years before 1000 on every libc.
+    return (
+        f"{utc.year:04d}-{utc.month:02d}-{utc.day:02d}T"
+        f"{utc.hour:02d}:{utc.minute:02d}:{utc.second:02d}.{utc.microsecond:06d}Z"
+    )
+
+
+def metadata_document(metadata: EventMetadata) -> dict[str, JsonValue]:
+    """The JSON object of an event's metadata, every key present (absent values are null)."""
+    return {
+        "actor": metadata.actor,
+        "role": metadata.role,
+        "request_id": metadata.request_id,
+        "correlation_id": metadata.correlation_id,
+        "causation_id": metadata.causation_id,
+        "idempotency_key": metadata.idempotency_key,
+    }
+
+
+def metadata_from_document(document: Mapping[str, JsonValue]) -> EventMetadata:
+    """The inverse of `metadata_document`; an unknown key is an error, never silently dropped."""
+    return EventMetadata(**document)  # type: ignore[arg-type]
+
+
+def event_bytes(
+    position: int,
+    stream_id: str,
+    category: str,
+    version: int,
+    type: str,
+    schema_version: int,
+    payload: JsonObject,
+    metadata: EventMetadata,
+    recorded_at: datetime,
+) -> bytes:
+    """The canonical bytes of an event's hashed document (its prev_hash is not inside)."""
+    return _dumps(
+        {
+            "position": position,
+            "stream_id": stream_id,
+            "category": category,
+            "version": version,
+            "type": type,
+            "schema_version": schema_version,
+            "payload": payload,
+            "metadata": metadata_document(metadata),
+            "recorded_at": format_timestamp(recorded_at),
+        }
+    )
+
+
+def chain_hash(prev_hash: str, document: bytes) -> str:
+    """SHA-256 over the previous hash's 64 ASCII hex characters then the document, in hex."""
+    return hashlib.sha256(prev_hash.encode("ascii") + document).hexdigest()
+
+
+def hash_event(event: RecordedEvent) -> str:
+    """The hash an event should carry, recomputed from its recorded fields and prev_hash."""
+    return chain_hash(
+        event.prev_hash,
+        event_bytes(
+            event.position,
+            event.stream_id,
+            event.category,
+            event.version,
+            event.type,
+            event.schema_version,
+            event.payload,
+            event.metadata,
+            event.recorded_at,
+        ),
+    )
+
+
+def chain_events(
+    streams: Sequence[StreamAppend],
+    metadata: EventMetadata,
+    recorded_at: datetime,
+    head_position: int,
+    head_hash: str,
+) -> list[RecordedEvent]:
+    """The sealed records of an append that starts after the given head, in position order.
+
+    Each stream's first new version is its expected version plus one; the caller has already
+    checked the expected versions under the append lock.
+    """
+    records: list[RecordedEvent] = []
+    position, prev_hash = head_position, head_hash
+    for stream in streams:
+        category = category_of(stream.stream_id)
+        version = stream.expected_version
+        for event in stream.events:
+            position += 1
+            version += 1
+            payload = normalise(event.payload, "$.payload")
+            if not isinstance(payload, dict):
+                raise CanonicalJsonError(f"the payload of {event.type} must be a JSON object")
+            document = event_bytes(
+                position,
+                stream.stream_id,
+                category,
+                version,
+                event.type,
+                event.schema_version,
+                payload,
+                metadata,
+                recorded_at,
+            )
+            digest = chain_hash(prev_hash, document)
+            records.append(
+                RecordedEvent(
+                    position,
+                    stream.stream_id,
+                    category,
+                    version,
+                    event.type,
+                    event.schema_version,
+                    payload,
+                    metadata,
+                    recorded_at,
+                    prev_hash,
+                    digest,
+                )
+            )
+            prev_hash = digest
+    return records
+
+
+class BreakKind(StrEnum):
+    """Which property of the chain a broken link violates."""
+
+    POSITION = "position"
+    PREV_HASH = "prev_hash"
+    HASH = "hash"
+
+
+@dataclass(frozen=True, slots=True)
+class ChainBreak:
+    """The first broken link of a chain: where, which check failed, and the two values."""
+
+    position: int
+    kind: BreakKind
+    expected: str
+    found: str
+
+    def __str__(self) -> str:
+        return f"position {self.position}: {self.kind} expected {self.expected}, found {self.found}"
+
+
+def verify_chain(
+    events: Iterable[RecordedEvent],
+    expected_prev_hash: str = GENESIS_HASH,
+    first_position: int | None = None,
+) -> ChainBreak | None:
+    """The first broken link among events read in position order, or None if all hold.
+
+    Pass events as recorded (`read_all(..., upcast=False)`). To verify in batches, pass the
+    previous batch's last hash and last position + 1. From the genesis hash the first position
+    must be 1; otherwise `first_position` is checked when given.
+    """
+    expected_position = first_position
+    if expected_position is None and expected_prev_hash == GENESIS_HASH:
+        expected_position = 1
+    prev_hash = expected_prev_hash
+    for event in events:
+        if expected_position is not None and event.position != expected_position:
+            return ChainBreak(
+                expected_position, BreakKind.POSITION, str(expected_position), str(event.position)
+            )
+        if event.prev_hash != prev_hash:
+            return ChainBreak(event.position, BreakKind.PREV_HASH, prev_hash, event.prev_hash)
+        digest = hash_event(event)
+        if event.hash != digest:
+            return ChainBreak(event.position, BreakKind.HASH, digest, event.hash)
+        prev_hash = event.hash
+        expected_position = event.position + 1
+    return None

@@ -1,0 +1,172 @@
+"""The canonical JSON encoding and the hash chain, checked against an independent stdlib encoder."""
+
+import hashlib
+import json
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from events.canonical import (
+    INT64_MAX,
+    INT64_MIN,
+    BreakKind,
+    CanonicalJsonError,
+    ChainBreak,
+    canonical_json,
+    event_bytes,
+    format_timestamp,
+    verify_chain,
+)
+from events.memory import InMemoryEventStore
+from events.store import GENESIS_HASH, EventMetadata, JsonValue, NewEvent, StreamAppend
+from tests.contract.event_store import StepClock
+
+
+def reference_json(value: object) -> bytes:
+    """The encoding as docs/audit-log.md defines it, written with the standard library."""
+    return json.dumps(
+        value, ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False
+    ).encode("utf-8")
+
+
+# Every Unicode scalar value but U+0000 (PostgreSQL's jsonb cannot store it).
+TEXT = st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00"))
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(INT64_MIN, INT64_MAX) | TEXT,
+    lambda children: st.lists(children) | st.dictionaries(TEXT, children),
+    max_leaves=40,
+)
+
+
+@given(JSON_VALUES)
+def test_canonical_json_equals_the_stdlib_reference_encoder(value: object) -> None:
+    assert canonical_json(value) == reference_json(value)
+
+
+@given(st.dictionaries(TEXT, JSON_VALUES), TEXT, st.integers(1, INT64_MAX))
+def test_event_bytes_equal_the_reference_document(
+    payload: dict[str, JsonValue], actor: str, position: int
+) -> None:
+    moment = datetime(2026, 11, 30, 16, 22, 23, 1, tzinfo=UTC)
+    metadata = EventMetadata(actor=actor, role="player")
+    encoded = event_bytes(
+        position,
+        "wallet:alice",
+        "wallet",
+        1,
+        "StakeReserved",
+        1,
+        payload,
+        metadata,
+        moment,
+    )
+    assert encoded == reference_json(
+        {
+            "position": position,
+            "stream_id": "wallet:alice",
+            "category": "wallet",
+            "version": 1,
+            "type": "StakeReserved",
+            "schema_version": 1,
+            "payload": payload,
+            "metadata": {
+                "actor": actor,
+                "role": "player",
+                "request_id": None,
+                "correlation_id": None,
+                "causation_id": None,
+                "idempotency_key": None,
+            },
+            "recorded_at": "2026-11-30T16:22:23.000001Z",
+        }
+    )
+
+
+def test_keys_sort_by_code_point_not_by_utf16_unit() -> None:
+    value = {"b": 1, "a": 2, "é": 3, "Z": 4, "😀": 5, "\uffff": 6}
+    assert canonical_json(value) == '{"Z":4,"a":2,"b":1,"é":3,"\uffff":6,"😀":5}'.encode()
+
+
+def test_only_quote_backslash_and_control_characters_are_escaped() -> None:
+    text = '"\\/\b\f\n\r\t\x01\x1f\x7f\u2028é😀'
+    assert canonical_json(text) == ('"\\"\\\\/\\b\\f\\n\\r\\t\\u0001\\u001f\x7f\u2028é😀"'.encode())
+
+
+def test_integers_are_plain_decimal_to_the_edges_of_64_bits() -> None:
+    assert canonical_json([0, -1, INT64_MIN, INT64_MAX, True, None]) == (
+        b"[0,-1,-9223372036854775808,9223372036854775807,true,null]"
+    )
+
+
+@pytest.mark.parametrize(
+    "value",
+    [1.0, float("inf"), INT64_MAX + 1, INT64_MIN - 1, "a\x00", {"\x00": 1}, {1: 2}, b"x", "\udc00"],
+)
+def test_values_outside_the_canonical_subset_are_refused(value: object) -> None:
+    with pytest.raises(CanonicalJsonError):
+        canonical_json(value)
+
+
+@pytest.mark.parametrize(
+    ("moment", "written"),
+    [
+        (datetime(2026, 11, 30, 16, 22, 23, 1, tzinfo=UTC), "2026-11-30T16:22:23.000001Z"),
+        (datetime(2026, 11, 30, 16, 22, 23, tzinfo=UTC), "2026-11-30T16:22:23.000000Z"),
+        (
+            datetime(2026, 12, 1, 1, 0, tzinfo=timezone(timedelta(hours=9))),
+            "2026-11-30T16:00:00.000000Z",
+        ),
+        (datetime(999, 1, 2, 3, 4, 5, 600000, tzinfo=UTC), "0999-01-02T03:04:05.600000Z"),
+    ],
+)
+def test_timestamps_are_utc_with_six_fractional_digits_and_z(
+    moment: datetime, written: str
+) -> None:
+    assert format_timestamp(moment) == written
+
+
+def test_the_worked_example_of_the_audit_log_page() -> None:
+    store = InMemoryEventStore(StepClock())
+    store.append(
+        [StreamAppend("wallet:alice", 0, [NewEvent("StakeReserved", {"amount": 2500})])],
+        EventMetadata(actor="alice", role="player", request_id="req-1"),
+    )
+    [event] = store.read_all()
+    document = (
+        b'{"category":"wallet","metadata":{"actor":"alice","causation_id":null,'
+        b'"correlation_id":null,"idempotency_key":null,"request_id":"req-1","role":"player"},'
+        b'"payload":{"amount":2500},"position":1,"recorded_at":"2026-11-30T16:22:23.000001Z",'
+        b'"schema_version":1,"stream_id":"wallet:alice","type":"StakeReserved","version":1}'
+    )
+    expected = hashlib.sha256(GENESIS_HASH.encode("ascii") + document).hexdigest()
+    assert event.hash == expected
+    assert expected == "d82ec8e46b448f547aab7b0830d719f8147a347d1b056b76ce499873a9edbbd0"
+
+
+def _log(events: int) -> InMemoryEventStore:
+    store = InMemoryEventStore(StepClock())
+    for version in range(events):
+        store.append(
+            [StreamAppend("wallet:alice", version, [NewEvent("StakeReserved", {"n": version})])],
+            EventMetadata(actor="alice", role="player"),
+        )
+    return store
+
+
+def test_verify_chain_accepts_a_log_verified_in_batches() -> None:
+    events = _log(5).read_all(upcast=False)
+    assert verify_chain(events[:2]) is None
+    assert verify_chain(events[2:], expected_prev_hash=events[1].hash, first_position=3) is None
+
+
+def test_verify_chain_names_a_batch_that_does_not_follow_the_last_hash() -> None:
+    events = _log(5).read_all(upcast=False)
+    found = verify_chain(events[3:], expected_prev_hash=events[1].hash)
+    assert found == ChainBreak(4, BreakKind.PREV_HASH, events[1].hash, events[2].hash)
+
+
+def test_verify_chain_from_genesis_must_start_at_position_one() -> None:
+    events = _log(3).read_all(upcast=False)
+    assert verify_chain(events[1:]) == ChainBreak(1, BreakKind.POSITION, "1", "2")
