@@ -1,0 +1,264 @@
+"""The event store's abstract interface and the values that cross it."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import TypeAlias
+
+from events.upcasting import Upcasters
+
+JsonValue: TypeAlias = "bool | int | str | Sequence[JsonValue] | Mapping[str, JsonValue] | None"
+JsonObject: TypeAlias = Mapping[str, JsonValue]
+Clock: TypeAlias = Callable[[], datetime]
+
+GENESIS_HASH = "0" * 64
+"""The `prev_hash` of the first event in the log."""
+
+NOTIFY_CHANNEL = "shoebox_events"
+"""The LISTEN/NOTIFY channel an append announces its last position on."""
+
+
+class EventStoreError(Exception):
+    """Base class of the errors a caller of the event store can handle."""
+
+
+# The subclasses are named for what happened (N818 wants an "Error" suffix); callers read
+# `except ConcurrencyConflict` as a sentence.
+
+
+class ConcurrencyConflict(EventStoreError):  # noqa: N818
+    """A stream was not at the version the caller expected: someone else appended first."""
+
+    def __init__(self, stream_id: str, expected: int, actual: int) -> None:
+        super().__init__(f"stream {stream_id!r} is at version {actual}, expected {expected}")
+        self.stream_id = stream_id
+        self.expected = expected
+        self.actual = actual
+
+
+class IdempotencyKeyReused(EventStoreError):  # noqa: N818
+    """An idempotency key came back with a request that differs from its first use."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"idempotency key {key!r} was already used for a different request")
+        self.key = key
+
+
+class UnknownIdempotencyKey(EventStoreError):  # noqa: N818
+    """A response was offered for an idempotency key that no append recorded."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"no append recorded idempotency key {key!r}")
+        self.key = key
+
+
+class ShoeSecretAlreadyStored(EventStoreError):  # noqa: N818
+    """A shoe's server seed is written once; a second write would break its commitment."""
+
+    def __init__(self, shoe_id: str) -> None:
+        super().__init__(f"shoe {shoe_id!r} already has a server seed")
+        self.shoe_id = shoe_id
+
+
+@dataclass(frozen=True, slots=True)
+class EventMetadata:
+    """Who caused an event and in answer to what; stored beside every event and hashed with it."""
+
+    actor: str
+    role: str
+    request_id: str | None = None
+    correlation_id: str | None = None
+    causation_id: str | None = None
+    # Filled in by `append` from its `Idempotency` argument, so that it cannot disagree.
+    idempotency_key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NewEvent:
+    """An event about to be appended: its type, its payload and the payload's schema version."""
+
+    type: str
+    payload: JsonObject
+    schema_version: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class StreamAppend:
+    """Events for one stream, with the version the caller last saw (0 for a new stream)."""
+
+    stream_id: str
+    expected_version: int
+    events: Sequence[NewEvent]
+
+
+@dataclass(frozen=True, slots=True)
+class Idempotency:
+    """A caller's idempotency key and a fingerprint of the request it was first used with."""
+
+    key: str
+    fingerprint: str
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """Where an append landed: its positions and each stream's new version."""
+
+    first_position: int
+    last_position: int
+    versions: Mapping[str, int]
+    # True when an idempotency key matched and nothing was appended; equality ignores it so
+    # that a replayed result compares equal to the original.
+    replayed: bool = field(default=False, compare=False)
+
+    def to_json(self) -> dict[str, JsonValue]:
+        """The JSON form stored with an idempotency key."""
+        return {
+            "first_position": self.first_position,
+            "last_position": self.last_position,
+            "versions": dict(self.versions),
+        }
+
+    @classmethod
+    def from_json(cls, document: Mapping[str, object], *, replayed: bool) -> AppendResult:
+        """Rebuild a result from `to_json`'s form."""
+        versions = document["versions"]
+        first, last = document["first_position"], document["last_position"]
+        if not (isinstance(versions, dict) and isinstance(first, int) and isinstance(last, int)):
+            raise TypeError(f"not an append result: {document!r}")
+        return cls(first, last, {str(k): int(v) for k, v in versions.items()}, replayed=replayed)
+
+
+@dataclass(frozen=True, slots=True)
+class IdempotencyRecord:
+    """What an idempotency key was first used for, and the response a caller stored with it."""
+
+    key: str
+    fingerprint: str
+    result: AppendResult
+    response: JsonValue | None
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedEvent:
+    """An event as the log holds it: every column of its row."""
+
+    position: int
+    stream_id: str
+    category: str
+    version: int
+    type: str
+    schema_version: int
+    payload: JsonObject
+    metadata: EventMetadata
+    recorded_at: datetime
+    prev_hash: str
+    hash: str
+
+
+def category_of(stream_id: str) -> str:
+    """The part of a stream id before its first ':' (`round:T1:000123` -> `round`)."""
+    return stream_id.partition(":")[0]
+
+
+def utc_now() -> datetime:
+    """The production clock; domain code is handed a clock instead of calling this."""
+    return datetime.now(UTC)
+
+
+def check_appends(streams: Sequence[StreamAppend]) -> None:
+    """Reject appends that no store could record, before any I/O."""
+    seen: set[str] = set()
+    if not any(stream.events for stream in streams):
+        raise ValueError("an append needs at least one event")
+    for stream in streams:
+        if not stream.stream_id or "\x00" in stream.stream_id:
+            raise ValueError(f"invalid stream id {stream.stream_id!r}")
+        if stream.stream_id in seen:
+            raise ValueError(f"stream {stream.stream_id!r} appears twice in one append")
+        seen.add(stream.stream_id)
+        if stream.expected_version < 0:
+            raise ValueError(f"negative expected version for {stream.stream_id!r}")
+        for event in stream.events:
+            if not event.type or "\x00" in event.type:
+                raise ValueError(f"invalid event type {event.type!r}")
+            if event.schema_version < 1:
+                raise ValueError(f"schema version of {event.type!r} must be at least 1")
+
+
+def stamp_metadata(metadata: EventMetadata, idempotency: Idempotency | None) -> EventMetadata:
+    """The metadata to record: the caller's, carrying the idempotency key of this append."""
+    key = idempotency.key if idempotency is not None else None
+    if metadata.idempotency_key not in (None, key):
+        raise ValueError("metadata.idempotency_key disagrees with the idempotency argument")
+    return replace(metadata, idempotency_key=key)
+
+
+def to_utc(moment: datetime) -> datetime:
+    """A clock reading as an aware UTC datetime; naive readings are a bug, not a guess."""
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise ValueError("the clock returned a naive datetime; it must be timezone-aware")
+    return moment.astimezone(UTC)
+
+
+class EventStore(ABC):
+    """An append-only, hash-chained, ordered log of events with optimistic concurrency."""
+
+    def __init__(self, clock: Clock = utc_now, upcasters: Upcasters | None = None) -> None:
+        self._clock = clock
+        self._upcasters = upcasters if upcasters is not None else Upcasters()
+
+    @abstractmethod
+    def append(
+        self,
+        streams: Sequence[StreamAppend],
+        metadata: EventMetadata,
+        idempotency: Idempotency | None = None,
+    ) -> AppendResult:
+        """Append every stream's events atomically, or none; raise ConcurrencyConflict if stale."""
+
+    @abstractmethod
+    def read_stream(
+        self, stream_id: str, from_version: int = 1, *, upcast: bool = True
+    ) -> list[RecordedEvent]:
+        """A stream's events from `from_version` on, upcast to their latest schema unless told."""
+
+    @abstractmethod
+    def read_all(
+        self,
+        from_position: int = 0,
+        limit: int = 1000,
+        categories: Collection[str] | None = None,
+        types: Collection[str] | None = None,
+        *,
+        upcast: bool = True,
+    ) -> list[RecordedEvent]:
+        """Up to `limit` events after `from_position` in log order, optionally filtered.
+
+        Pass `upcast=False` to get events exactly as recorded, which is what the chain hashes.
+        """
+
+    @abstractmethod
+    def head(self) -> int:
+        """The position of the last event in the log (0 when it is empty)."""
+
+    @abstractmethod
+    def idempotency_record(self, key: str) -> IdempotencyRecord | None:
+        """What an idempotency key was used for, or None if no append recorded it."""
+
+    @abstractmethod
+    def record_response(self, key: str, response: JsonValue) -> None:
+        """Store the caller's response to replay for a key; the first response stored wins."""
+
+    @abstractmethod
+    def store_shoe_secret(self, shoe_id: str, server_seed: str) -> None:
+        """Keep a live shoe's server seed outside the log until the shoe is revealed."""
+
+    @abstractmethod
+    def load_shoe_secret(self, shoe_id: str) -> str | None:
+        """A live shoe's server seed, or None if none was stored."""
+
+    def _upcast(self, events: list[RecordedEvent]) -> list[RecordedEvent]:
+        return self._upcasters.upcast_all(events)

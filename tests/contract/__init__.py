@@ -1,0 +1,1 @@
+"""The event store contract: one suite that every backend must pass."""
