@@ -1,0 +1,521 @@
+"""A table as a pure aggregate: its settings, its seats, and its current round.
+
+`decide(table, command, now)` returns the events a command causes, or raises a `DomainError`
+naming the rule that refused it (a refusal emits nothing); `evolve(table, event)` is the only
+way the state changes, so folding a table's events from `None` rebuilds it exactly. The clock
+and the shoe's cards come in with the commands; nothing here reads a global.
+
+Event conventions are those of domain/round.py: plain facts whose payloads are JSON (see
+`event_payload` and `event_from_payload`), instants as ISO 8601 UTC strings, money in pence.
+"""
+
+import typing
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from datetime import datetime, timedelta
+from enum import Enum
+from typing import Any, ClassVar, TypeAlias
+
+from domain.cards import Card
+from domain.limits import TableLimits
+from domain.outcome import Spot
+from domain.round import (
+    ROUND_EVENT_TYPES,
+    Action,
+    Bet,
+    Round,
+    RoundEvent,
+    RoundOpened,
+    RoundSettled,
+    close_window,
+    deal,
+    evolve_round,
+    open_round,
+    pass_coup,
+    place_bet,
+    press_deal,
+    rebet,
+    remove_bets,
+    void_round,
+    withdraw,
+)
+from domain.round_errors import (
+    InvalidTableSettings,
+    NoPlayersSeated,
+    NoRoundUnderWay,
+    PlayerAlreadySeated,
+    PlayerNotSeated,
+    RoundAlreadyUnderWay,
+    RoundNotFound,
+    SeatOutOfRange,
+    SeatTaken,
+    TableAlreadyExists,
+    TableNotFound,
+)
+
+MAX_SEATS = 7
+MAX_DECKS = 8
+_MILLISECOND = timedelta(milliseconds=1)
+
+
+@dataclass(frozen=True, slots=True)
+class TableSettings:
+    """How a table is set up: Littlewoods seats 5 and William Hill 7; limits are per table."""
+
+    seats: int = MAX_SEATS
+    limits: TableLimits = field(default_factory=TableLimits)
+    betting_window: timedelta = timedelta(seconds=15)
+    decks: int = MAX_DECKS
+    currency: str = "GBP"
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.seats <= MAX_SEATS:
+            raise InvalidTableSettings(
+                f"a table has 1 to {MAX_SEATS} seats, not {self.seats} "
+                f"(rule {InvalidTableSettings.rule})"
+            )
+        if not 1 <= self.decks <= MAX_DECKS:
+            raise InvalidTableSettings(
+                f"a table's shoe holds 1 to {MAX_DECKS} decks, not {self.decks} "
+                f"(rule {InvalidTableSettings.rule})"
+            )
+        # Whole milliseconds, because the window is recorded in an event as an integer.
+        if self.betting_window < timedelta(seconds=1) or self.betting_window % _MILLISECOND:
+            raise InvalidTableSettings(
+                f"a betting window is at least a second, in whole milliseconds, not "
+                f"{self.betting_window} (rule {InvalidTableSettings.rule})"
+            )
+        # Limits and chips are pence of a pound, so no other currency can be honoured yet.
+        if self.currency != "GBP":
+            raise InvalidTableSettings(
+                f"tables play in GBP, not {self.currency!r} (rule {InvalidTableSettings.rule})"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class Seat:
+    """A taken seat: who sits there, and the bets of the last round they played from it."""
+
+    number: int
+    player_id: str
+    # Kept per seating, not per player: a player who leaves and sits again starts afresh,
+    # as the ReBet button of the seed tables does.
+    last_bets: tuple[Bet, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Table:
+    """A table's state: settings, seats (index 0 is seat 1), and the current or latest round."""
+
+    table_id: str
+    settings: TableSettings
+    seats: tuple[Seat | None, ...]
+    rounds_opened: int = 0
+    round: Round | None = None
+
+    def seat_of(self, player_id: str) -> Seat | None:
+        """The seat this player holds, if any."""
+        for seat in self.seats:
+            if seat is not None and seat.player_id == player_id:
+                return seat
+        return None
+
+    @property
+    def seated(self) -> tuple[Seat, ...]:
+        """The taken seats, in seat order."""
+        return tuple(seat for seat in self.seats if seat is not None)
+
+    @property
+    def round_under_way(self) -> bool:
+        """Whether a round is open and not yet over, so a newcomer waits for the next one."""
+        return self.round is not None and not self.round.is_over
+
+
+# Table-level events; the round's events are in domain/round.py.
+
+
+@dataclass(frozen=True, slots=True)
+class TableCreated:
+    """A table was set up with these settings."""
+
+    type: ClassVar[str] = "TableCreated"
+    table_id: str
+    seats: int
+    decks: int
+    minimum: int
+    maximum: int
+    chips: tuple[int, ...]
+    betting_window_ms: int
+    currency: str
+
+
+@dataclass(frozen=True, slots=True)
+class PlayerSat:
+    """A player took a free seat."""
+
+    type: ClassVar[str] = "PlayerSat"
+    seat: int
+    player_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class PlayerLeft:
+    """A player gave up their seat."""
+
+    type: ClassVar[str] = "PlayerLeft"
+    seat: int
+    player_id: str
+
+
+TableEvent: TypeAlias = TableCreated | PlayerSat | PlayerLeft | RoundEvent
+EVENT_TYPES: Mapping[str, type[TableEvent]] = {
+    cls.type: cls for cls in (TableCreated, PlayerSat, PlayerLeft, *ROUND_EVENT_TYPES)
+}
+
+
+# Commands.
+
+
+@dataclass(frozen=True, slots=True)
+class CreateTable:
+    """Set up a new table."""
+
+    table_id: str
+    settings: TableSettings = field(default_factory=TableSettings)
+
+
+@dataclass(frozen=True, slots=True)
+class SitDown:
+    """Take a free seat."""
+
+    player_id: str
+    seat: int
+
+
+@dataclass(frozen=True, slots=True)
+class LeaveTable:
+    """Give up one's seat."""
+
+    player_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class OpenRound:
+    """Open the betting window of a new round for everyone seated now."""
+
+    round_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class PlaceBet:
+    """Put a stake in pence on a spot; `player_limit` is the player's own maximum, if set."""
+
+    player_id: str
+    spot: Spot
+    stake: int
+    player_limit: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveBets:
+    """Take all of one's bets back before pressing Deal or Pass."""
+
+    player_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Rebet:
+    """Repeat the bets of the last round one played at this seat."""
+
+    player_id: str
+    player_limit: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PressDeal:
+    """Confirm one's bets for this coup."""
+
+    player_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Pass:
+    """Sit this coup out; one's bets are returned."""
+
+    player_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class CloseWindow:
+    """Exclude, after the deadline, everyone who has neither pressed Deal nor passed."""
+
+
+@dataclass(frozen=True, slots=True)
+class DealCoup:
+    """Deal and settle the coup from the open shoe's `cards`, starting at `position`."""
+
+    shoe_id: str
+    cards: Sequence[Card] = field(repr=False)  # the whole shoe: never log it
+    position: int
+
+
+@dataclass(frozen=True, slots=True)
+class VoidRound:
+    """Void the current round, whatever its phase, saying why."""
+
+    round_id: str
+    reason: str
+
+
+Command: TypeAlias = (
+    CreateTable
+    | SitDown
+    | LeaveTable
+    | OpenRound
+    | PlaceBet
+    | RemoveBets
+    | Rebet
+    | PressDeal
+    | Pass
+    | CloseWindow
+    | DealCoup
+    | VoidRound
+)
+
+
+def decide(table: Table | None, command: Command, now: datetime) -> list[TableEvent]:
+    """The events `command` causes at `now`, or a DomainError naming the rule that refuses it."""
+    if isinstance(command, CreateTable):
+        if table is not None:
+            raise TableAlreadyExists(
+                f"table {table.table_id} already exists (rule {TableAlreadyExists.rule})"
+            )
+        return [_table_created(command.table_id, command.settings)]
+    if table is None:
+        raise TableNotFound(f"no such table (rule {TableNotFound.rule})")
+    events: list[TableEvent] = []
+    limits = table.settings.limits
+    match command:
+        case SitDown(player_id=player_id, seat=number):
+            events.extend(_sit(table, player_id, number))
+        case LeaveTable(player_id=player_id):
+            seat = _seat_of(table, player_id)
+            if table.round is not None:
+                events.extend(withdraw(table.round, player_id))
+            events.append(PlayerLeft(seat.number, player_id))
+        case OpenRound(round_id=round_id):
+            events.extend(_open(table, round_id, now))
+        case PlaceBet(player_id=player_id, spot=spot, stake=stake, player_limit=player_limit):
+            events.extend(
+                place_bet(_current(table), player_id, spot, stake, player_limit, limits, now)
+            )
+        case RemoveBets(player_id=player_id):
+            events.extend(remove_bets(_current(table), player_id, now))
+        case Rebet(player_id=player_id, player_limit=player_limit):
+            held = table.seat_of(player_id)
+            last_bets = held.last_bets if held is not None else ()
+            events.extend(rebet(_current(table), player_id, last_bets, player_limit, limits, now))
+        case PressDeal(player_id=player_id):
+            events.extend(press_deal(_current(table), player_id, now))
+        case Pass(player_id=player_id):
+            events.extend(pass_coup(_current(table), player_id, now))
+        case CloseWindow():
+            events.extend(close_window(_current(table), now))
+        case DealCoup(shoe_id=shoe_id, cards=cards, position=position):
+            events.extend(deal(_current(table), shoe_id, cards, position))
+        case VoidRound(round_id=round_id, reason=reason):
+            latest = table.round
+            if latest is None or latest.round_id != round_id:
+                # An earlier round is voided through its own events: see round.replay_round.
+                raise RoundNotFound(
+                    f"round {round_id} is not the current round of table {table.table_id} "
+                    f"(rule {RoundNotFound.rule})"
+                )
+            events.extend(void_round(latest, reason))
+        case _:  # pragma: no cover
+            raise AssertionError(f"unhandled command {command!r}")
+    return events
+
+
+def _table_created(table_id: str, settings: TableSettings) -> TableCreated:
+    limits = settings.limits
+    return TableCreated(
+        table_id=table_id,
+        seats=settings.seats,
+        decks=settings.decks,
+        minimum=limits.minimum,
+        maximum=limits.maximum,
+        chips=tuple(limits.chips),
+        betting_window_ms=settings.betting_window // _MILLISECOND,
+        currency=settings.currency,
+    )
+
+
+def _sit(table: Table, player_id: str, number: int) -> list[TableEvent]:
+    if not 1 <= number <= table.settings.seats:
+        raise SeatOutOfRange(
+            f"table {table.table_id} has seats 1 to {table.settings.seats}, not {number} "
+            f"(rule {SeatOutOfRange.rule})"
+        )
+    held = table.seat_of(player_id)
+    if held is not None:
+        raise PlayerAlreadySeated(
+            f"{player_id} already sits at seat {held.number} (rule {PlayerAlreadySeated.rule})"
+        )
+    if table.seats[number - 1] is not None:
+        raise SeatTaken(f"seat {number} is taken (rule {SeatTaken.rule})")
+    # Sitting while a round is under way is allowed: the round's participants were fixed when
+    # its window opened, so the newcomer simply plays from the next round.
+    return [PlayerSat(number, player_id)]
+
+
+def _seat_of(table: Table, player_id: str) -> Seat:
+    seat = table.seat_of(player_id)
+    if seat is None:
+        raise PlayerNotSeated(
+            f"{player_id} holds no seat at table {table.table_id} (rule {PlayerNotSeated.rule})"
+        )
+    return seat
+
+
+def _open(table: Table, round_id: str, now: datetime) -> list[RoundEvent]:
+    if table.round is not None and not table.round.is_over:
+        raise RoundAlreadyUnderWay(
+            f"round {table.round.round_id} is still under way (rule {RoundAlreadyUnderWay.rule})"
+        )
+    seated = table.seated
+    if not seated:
+        raise NoPlayersSeated(
+            f"nobody is seated at table {table.table_id} (rule {NoPlayersSeated.rule})"
+        )
+    return open_round(
+        round_id,
+        table.rounds_opened + 1,
+        now,
+        table.settings.betting_window,
+        ((seat.number, seat.player_id) for seat in seated),
+    )
+
+
+def _current(table: Table) -> Round:
+    if table.round is None:
+        raise NoRoundUnderWay(
+            f"no betting window has opened at table {table.table_id} (rule {NoRoundUnderWay.rule})"
+        )
+    return table.round
+
+
+def evolve(table: Table | None, event: TableEvent) -> Table:
+    """The table after `event`; `TableCreated` starts it from nothing."""
+    if isinstance(event, TableCreated):
+        return Table(
+            table_id=event.table_id,
+            settings=TableSettings(
+                seats=event.seats,
+                limits=TableLimits(
+                    minimum=event.minimum, maximum=event.maximum, chips=tuple(event.chips)
+                ),
+                betting_window=event.betting_window_ms * _MILLISECOND,
+                decks=event.decks,
+                currency=event.currency,
+            ),
+            seats=(None,) * event.seats,
+        )
+    if table is None:
+        raise ValueError(f"a table's first event is TableCreated, not {event.type}")
+    if isinstance(event, PlayerSat):
+        return _with_seat(table, event.seat, Seat(event.seat, event.player_id))
+    if isinstance(event, PlayerLeft):
+        return _with_seat(table, event.seat, None)
+    if isinstance(event, RoundOpened):
+        return replace(table, rounds_opened=event.number, round=evolve_round(None, event))
+    current = table.round
+    if current is None or event.round_id != current.round_id:
+        # A void of an earlier round, appended to this table's stream, leaves the table as is.
+        return table
+    current = evolve_round(current, event)
+    if isinstance(event, RoundSettled):
+        return replace(table, round=current, seats=_remember_bets(table.seats, current))
+    return replace(table, round=current)
+
+
+def replay(events: Iterable[TableEvent]) -> Table:
+    """A table rebuilt from its events, starting with TableCreated."""
+    table: Table | None = None
+    for event in events:
+        table = evolve(table, event)
+    if table is None:
+        raise ValueError("a table needs at least its TableCreated event")
+    return table
+
+
+def _with_seat(table: Table, number: int, seat: Seat | None) -> Table:
+    seats = list(table.seats)
+    seats[number - 1] = seat
+    return replace(table, seats=tuple(seats))
+
+
+def _remember_bets(seats: tuple[Seat | None, ...], settled: Round) -> tuple[Seat | None, ...]:
+    """Seats whose players played the settled round, with those bets kept for Rebet."""
+    updated = list(seats)
+    for participant in settled.participants:
+        if participant.action is not Action.PRESSED_DEAL or not participant.bets:
+            continue
+        seat = updated[participant.seat - 1]
+        # The player may have left after pressing Deal, and someone else sat down since.
+        if seat is not None and seat.player_id == participant.player_id:
+            updated[participant.seat - 1] = replace(seat, last_bets=participant.bets)
+    return tuple(updated)
+
+
+# Payloads: what the event store keeps for each event.
+
+
+def event_payload(event: TableEvent) -> dict[str, object]:
+    """The event's fields as JSON values: enums as their strings, tuples as lists."""
+    return {f.name: _json_value(getattr(event, f.name)) for f in fields(event)}
+
+
+def event_from_payload(type_name: str, payload: Mapping[str, object]) -> TableEvent:
+    """The event a stored `type` and payload describe; the inverse of `event_payload`."""
+    cls = EVENT_TYPES[type_name]
+    coercers = _COERCERS.get(type_name)
+    if coercers is None:
+        coercers = _COERCERS[type_name] = _coercers(cls)
+    return cls(**{name: coercers[name](value) for name, value in payload.items()})
+
+
+def _json_value(value: object) -> object:
+    if isinstance(value, Enum):
+        return str(value.value)
+    if isinstance(value, tuple):
+        return [_json_value(item) for item in value]
+    return value
+
+
+def _tupled(value: Any) -> Any:
+    if isinstance(value, list | tuple):
+        return tuple(_tupled(item) for item in value)
+    return value
+
+
+def _unchanged(value: Any) -> Any:
+    return value
+
+
+_Coercer: TypeAlias = typing.Callable[[Any], Any]
+# Filled on first use per event type, since reading type hints is slow and they never change.
+_COERCERS: dict[str, dict[str, _Coercer]] = {}
+
+
+def _coercers(cls: type[TableEvent]) -> dict[str, _Coercer]:
+    """Per field, how a JSON value becomes the field's type again."""
+    coercers: dict[str, _Coercer] = {}
+    for name, hint in typing.get_type_hints(cls).items():
+        if isinstance(hint, type) and issubclass(hint, Enum):
+            coercers[name] = hint
+        elif typing.get_origin(hint) is tuple:
+            coercers[name] = _tupled
+        else:
+            coercers[name] = _unchanged
+    return coercers
