@@ -77,6 +77,7 @@ class ExclusionReason(StrEnum):
 
     TIMED_OUT = "timed_out"
     LEFT_TABLE = "left_table"
+    REMOVED = "removed"
 
 
 class ReturnReason(StrEnum):
@@ -495,7 +496,9 @@ def close_window(current: Round, now: datetime) -> list[RoundEvent]:
     return events
 
 
-def withdraw(current: Round, player_id: str) -> list[RoundEvent]:
+def withdraw(
+    current: Round, player_id: str, reason: ExclusionReason = ExclusionReason.LEFT_TABLE
+) -> list[RoundEvent]:
     """What leaving the table does to the round: a player yet to act is excluded, bets returned.
 
     A player who already pressed Deal has committed their bets, so they stay in play and are
@@ -509,7 +512,7 @@ def withdraw(current: Round, player_id: str) -> list[RoundEvent]:
         or participant.action is not Action.PENDING
     ):
         return []
-    return _exclusion(current.round_id, participant, ExclusionReason.LEFT_TABLE)
+    return _exclusion(current.round_id, participant, reason)
 
 
 def deal(current: Round, shoe_id: str, cards: Sequence[Card], position: int) -> list[RoundEvent]:

@@ -190,3 +190,93 @@ class VoidNeedsAReason(RoundError):
     """A void records why the round was voided, for players and regulators."""
 
     rule = "void.reason_required"
+
+
+class ShoeError(DomainError):
+    """A command breaks one of the rules of the table's shoe."""
+
+    rule = "shoe.rule_broken"
+
+
+class ShoeAlreadyOpen(ShoeError):
+    """A table deals from one shoe at a time; a new one opens after the last is revealed."""
+
+    rule = "shoe.already_open"
+
+
+class NoShoeOpen(ShoeError):
+    """A coup is dealt, and a shoe retired, only from a shoe the table has opened."""
+
+    rule = "shoe.none_open"
+
+
+class ShoeNonceOutOfOrder(ShoeError):
+    """A table's shoes take the nonces 1, 2, 3, ... in order, so no two share a card stream."""
+
+    rule = "shoe.nonce_out_of_order"
+
+
+class ShoeCountsInvalid(ShoeError):
+    """A shoe deals 70 to 75 hands from the table's own number of decks."""
+
+    rule = "shoe.counts_invalid"
+
+
+class WrongShoe(ShoeError):
+    """A coup is dealt from the open shoe, at the next undealt position."""
+
+    rule = "shoe.wrong_shoe_or_position"
+
+
+class ShoeStillDealing(ShoeError):
+    """A shoe retires only once it can start no further coup."""
+
+    rule = "shoe.still_dealing"
+
+
+class ShoeNotRetired(ShoeError):
+    """A shoe's server seed is revealed only after the shoe has retired."""
+
+    rule = "shoe.not_retired"
+
+
+class RevealedSeedDiffers(ShoeError):
+    """A revealed server seed must hash to the commitment published when the shoe opened."""
+
+    rule = "shoe.revealed_seed_differs"
+
+
+class ModerationError(DomainError):
+    """A moderation command breaks one of its rules."""
+
+    rule = "moderation.rule_broken"
+
+
+class PlayerAlreadyMuted(ModerationError):
+    """A muted player is muted once, until unmuted."""
+
+    rule = "moderation.already_muted"
+
+
+class PlayerNotMuted(ModerationError):
+    """Only a muted player can be unmuted."""
+
+    rule = "moderation.not_muted"
+
+
+class PlayerAlreadyRemoved(ModerationError):
+    """A player is removed from a table once; the removal stands."""
+
+    rule = "moderation.already_removed"
+
+
+class RemovalNeedsAReason(ModerationError):
+    """A removal records why, for the player and for regulators."""
+
+    rule = "moderation.reason_required"
+
+
+class PlayerBarred(SeatError):
+    """A player removed from a table by ops may not sit at it again."""
+
+    rule = "seat.player_removed_from_table"

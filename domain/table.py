@@ -7,6 +7,18 @@ and the shoe's cards come in with the commands; nothing here reads a global.
 
 Event conventions are those of domain/round.py: plain facts whose payloads are JSON (see
 `event_payload` and `event_from_payload`), instants as ISO 8601 UTC strings, money in pence.
+
+Rounds open in one of two ways. A bet or rebet by a seated player at an idle table (no round,
+or the last one over) opens a round for everyone seated and places the bet in the same
+decision; and once a round has settled with play, the application opens the next one at once
+if anyone is seated (`Table.next_round_due`). A round that ended without play leaves the table
+idle, so an empty table does not churn a round every betting window.
+
+The table also owns its shoe's lifecycle: `OpenShoe` publishes the commitment, client seed,
+nonce and hand count; each coup is dealt from the open shoe at its next position; once
+`coup_can_start` is false the shoe is retired (`RetireShoe`) and its seed revealed
+(`RevealShoe`, checked against the commitment). The seed itself never enters the state
+before the reveal. Moderation (mute, removal) is a table fact too, since removal unseats.
 """
 
 import typing
@@ -14,15 +26,20 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timedelta
 from enum import Enum
-from typing import Any, ClassVar, TypeAlias
+from typing import Any, ClassVar, TypeAlias, TypeGuard
 
-from domain.cards import Card
+from domain.cards import CARDS_PER_DECK, Card
+from domain.errors import DomainError
 from domain.limits import TableLimits
 from domain.outcome import Spot
 from domain.round import (
     ROUND_EVENT_TYPES,
     Action,
     Bet,
+    CardDrawn,
+    CoupCompleted,
+    ExclusionReason,
+    Phase,
     Round,
     RoundEvent,
     RoundOpened,
@@ -43,15 +60,29 @@ from domain.round_errors import (
     InvalidTableSettings,
     NoPlayersSeated,
     NoRoundUnderWay,
+    NoShoeOpen,
+    PlayerAlreadyMuted,
+    PlayerAlreadyRemoved,
     PlayerAlreadySeated,
+    PlayerBarred,
+    PlayerNotMuted,
     PlayerNotSeated,
+    RemovalNeedsAReason,
+    RevealedSeedDiffers,
     RoundAlreadyUnderWay,
     RoundNotFound,
     SeatOutOfRange,
     SeatTaken,
+    ShoeAlreadyOpen,
+    ShoeCountsInvalid,
+    ShoeNonceOutOfOrder,
+    ShoeNotRetired,
+    ShoeStillDealing,
     TableAlreadyExists,
     TableNotFound,
+    WrongShoe,
 )
+from domain.shoe import HAND_CHOICES, MIN_HANDS, commitment, coup_can_start
 
 MAX_SEATS = 7
 MAX_DECKS = 8
@@ -104,6 +135,36 @@ class Seat:
 
 
 @dataclass(frozen=True, slots=True)
+class Shoe:
+    """The table's shoe as published: never its seed or cards, only where dealing has got to."""
+
+    shoe_id: str
+    commitment: str
+    client_seed: str
+    nonce: int
+    decks: int
+    hands: int
+    next_position: int = 0
+    coups_dealt: int = 0
+    retired: bool = False
+
+    @property
+    def cards_left(self) -> int:
+        """Cards not yet dealt from this shoe."""
+        return self.decks * CARDS_PER_DECK - self.next_position
+
+    @property
+    def hands_left(self) -> int:
+        """Coups this shoe deals before it retires on its hand count."""
+        return max(self.hands - self.coups_dealt, 0)
+
+    @property
+    def can_deal(self) -> bool:
+        """Whether another coup may start from this shoe."""
+        return not self.retired and coup_can_start(self.cards_left, self.coups_dealt, self.hands)
+
+
+@dataclass(frozen=True, slots=True)
 class Table:
     """A table's state: settings, seats (index 0 is seat 1), and the current or latest round."""
 
@@ -112,6 +173,11 @@ class Table:
     seats: tuple[Seat | None, ...]
     rounds_opened: int = 0
     round: Round | None = None
+    # The open shoe, or the retired one awaiting its reveal; None before the first and between.
+    shoe: Shoe | None = None
+    shoes_opened: int = 0
+    muted: frozenset[str] = frozenset()
+    removed: frozenset[str] = frozenset()
 
     def seat_of(self, player_id: str) -> Seat | None:
         """The seat this player holds, if any."""
@@ -129,6 +195,26 @@ class Table:
     def round_under_way(self) -> bool:
         """Whether a round is open and not yet over, so a newcomer waits for the next one."""
         return self.round is not None and not self.round.is_over
+
+    @property
+    def next_round_id(self) -> str:
+        """The id the next round opened at this table takes: the table's id and its number."""
+        return round_id_for(self.table_id, self.rounds_opened + 1)
+
+    @property
+    def next_round_due(self) -> bool:
+        """Whether the next round opens now: the last one settled with play and someone sits."""
+        return self.round is not None and self.round.phase is Phase.SETTLED and bool(self.seated)
+
+    @property
+    def live_shoe(self) -> Shoe | None:
+        """The shoe that deals the next coup, if one is open and not retired."""
+        return self.shoe if self.shoe is not None and not self.shoe.retired else None
+
+
+def round_id_for(table_id: str, number: int) -> str:
+    """A round's id: unique across tables, readable, and the same on every retry of a command."""
+    return f"{table_id}-{number}"
 
 
 # Table-level events; the round's events are in domain/round.py.
@@ -167,10 +253,86 @@ class PlayerLeft:
     player_id: str
 
 
-TableEvent: TypeAlias = TableCreated | PlayerSat | PlayerLeft | RoundEvent
-EVENT_TYPES: Mapping[str, type[TableEvent]] = {
-    cls.type: cls for cls in (TableCreated, PlayerSat, PlayerLeft, *ROUND_EVENT_TYPES)
-}
+@dataclass(frozen=True, slots=True)
+class ShoeOpened:
+    """A shoe was opened: its commitment, seeds and hand count are published before any deal."""
+
+    type: ClassVar[str] = "ShoeOpened"
+    shoe_id: str
+    server_seed_hash: str
+    client_seed: str
+    nonce: int
+    decks: int
+    hands: int
+
+
+@dataclass(frozen=True, slots=True)
+class ShoeRetired:
+    """The shoe can start no further coup and deals no more."""
+
+    type: ClassVar[str] = "ShoeRetired"
+    shoe_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ShoeRevealed:
+    """The retired shoe's server seed, published so anyone can replay the shoe."""
+
+    type: ClassVar[str] = "ShoeRevealed"
+    shoe_id: str
+    server_seed: str
+
+
+@dataclass(frozen=True, slots=True)
+class PlayerMuted:
+    """Ops muted a player in this table's chat."""
+
+    type: ClassVar[str] = "PlayerMuted"
+    player_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class PlayerUnmuted:
+    """Ops lifted a player's mute at this table."""
+
+    type: ClassVar[str] = "PlayerUnmuted"
+    player_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class PlayerRemoved:
+    """Ops removed a player from this table: unseated (from `seat`, if any) and barred."""
+
+    type: ClassVar[str] = "PlayerRemoved"
+    player_id: str
+    seat: int | None
+    reason: str
+
+
+ShoeEvent: TypeAlias = ShoeOpened | ShoeRetired | ShoeRevealed
+ModerationEvent: TypeAlias = PlayerMuted | PlayerUnmuted | PlayerRemoved
+TableEvent: TypeAlias = (
+    TableCreated | PlayerSat | PlayerLeft | ShoeEvent | ModerationEvent | RoundEvent
+)
+TABLE_EVENT_TYPES: tuple[type[TableEvent], ...] = (
+    TableCreated,
+    PlayerSat,
+    PlayerLeft,
+    ShoeOpened,
+    ShoeRetired,
+    ShoeRevealed,
+    PlayerMuted,
+    PlayerUnmuted,
+    PlayerRemoved,
+    *ROUND_EVENT_TYPES,
+)
+EVENT_TYPES: Mapping[str, type[TableEvent]] = {cls.type: cls for cls in TABLE_EVENT_TYPES}
+
+
+def is_round_event(event: TableEvent) -> TypeGuard[RoundEvent]:
+    """Whether the event belongs to a round, and so carries its `round_id`."""
+    return isinstance(event, ROUND_EVENT_TYPES)
 
 
 # Commands.
@@ -267,6 +429,54 @@ class VoidRound:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class OpenShoe:
+    """Publish a new shoe's commitment, seeds and hand count; its seed stays with the caller."""
+
+    shoe_id: str
+    server_seed_hash: str
+    client_seed: str
+    nonce: int
+    decks: int
+    hands: int
+
+
+@dataclass(frozen=True, slots=True)
+class RetireShoe:
+    """Retire the open shoe once it can start no further coup."""
+
+
+@dataclass(frozen=True, slots=True)
+class RevealShoe:
+    """Publish the retired shoe's server seed."""
+
+    shoe_id: str
+    server_seed: str = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class MutePlayer:
+    """Mute a player in this table's chat."""
+
+    player_id: str
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class UnmutePlayer:
+    """Lift a player's mute at this table."""
+
+    player_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class RemovePlayer:
+    """Remove a player from this table for good, saying why."""
+
+    player_id: str
+    reason: str
+
+
 Command: TypeAlias = (
     CreateTable
     | SitDown
@@ -280,6 +490,12 @@ Command: TypeAlias = (
     | CloseWindow
     | DealCoup
     | VoidRound
+    | OpenShoe
+    | RetireShoe
+    | RevealShoe
+    | MutePlayer
+    | UnmutePlayer
+    | RemovePlayer
 )
 
 
@@ -306,15 +522,17 @@ def decide(table: Table | None, command: Command, now: datetime) -> list[TableEv
         case OpenRound(round_id=round_id):
             events.extend(_open(table, round_id, now))
         case PlaceBet(player_id=player_id, spot=spot, stake=stake, player_limit=player_limit):
-            events.extend(
-                place_bet(_current(table), player_id, spot, stake, player_limit, limits, now)
-            )
+            current, opened = _current_or_opened(table, player_id, now)
+            events.extend(opened)
+            events.extend(place_bet(current, player_id, spot, stake, player_limit, limits, now))
         case RemoveBets(player_id=player_id):
             events.extend(remove_bets(_current(table), player_id, now))
         case Rebet(player_id=player_id, player_limit=player_limit):
             held = table.seat_of(player_id)
             last_bets = held.last_bets if held is not None else ()
-            events.extend(rebet(_current(table), player_id, last_bets, player_limit, limits, now))
+            current, opened = _current_or_opened(table, player_id, now)
+            events.extend(opened)
+            events.extend(rebet(current, player_id, last_bets, player_limit, limits, now))
         case PressDeal(player_id=player_id):
             events.extend(press_deal(_current(table), player_id, now))
         case Pass(player_id=player_id):
@@ -322,7 +540,9 @@ def decide(table: Table | None, command: Command, now: datetime) -> list[TableEv
         case CloseWindow():
             events.extend(close_window(_current(table), now))
         case DealCoup(shoe_id=shoe_id, cards=cards, position=position):
-            events.extend(deal(_current(table), shoe_id, cards, position))
+            current = _current(table)
+            _check_dealing_shoe(table, current, shoe_id, position)
+            events.extend(deal(current, shoe_id, cards, position))
         case VoidRound(round_id=round_id, reason=reason):
             latest = table.round
             if latest is None or latest.round_id != round_id:
@@ -332,6 +552,28 @@ def decide(table: Table | None, command: Command, now: datetime) -> list[TableEv
                     f"(rule {RoundNotFound.rule})"
                 )
             events.extend(void_round(latest, reason))
+        case OpenShoe():
+            events.append(_open_shoe(table, command))
+        case RetireShoe():
+            events.append(_retire_shoe(table))
+        case RevealShoe(shoe_id=shoe_id, server_seed=server_seed):
+            events.append(_reveal_shoe(table, shoe_id, server_seed))
+        case MutePlayer(player_id=player_id, reason=reason):
+            if player_id in table.muted:
+                raise PlayerAlreadyMuted(
+                    f"{player_id} is already muted at table {table.table_id} "
+                    f"(rule {PlayerAlreadyMuted.rule})"
+                )
+            events.append(PlayerMuted(player_id, reason))
+        case UnmutePlayer(player_id=player_id):
+            if player_id not in table.muted:
+                raise PlayerNotMuted(
+                    f"{player_id} is not muted at table {table.table_id} "
+                    f"(rule {PlayerNotMuted.rule})"
+                )
+            events.append(PlayerUnmuted(player_id))
+        case RemovePlayer(player_id=player_id, reason=reason):
+            events.extend(_remove(table, player_id, reason))
         case _:  # pragma: no cover
             raise AssertionError(f"unhandled command {command!r}")
     return events
@@ -352,6 +594,11 @@ def _table_created(table_id: str, settings: TableSettings) -> TableCreated:
 
 
 def _sit(table: Table, player_id: str, number: int) -> list[TableEvent]:
+    if player_id in table.removed:
+        raise PlayerBarred(
+            f"{player_id} was removed from table {table.table_id} and may not sit there again "
+            f"(rule {PlayerBarred.rule})"
+        )
     if not 1 <= number <= table.settings.seats:
         raise SeatOutOfRange(
             f"table {table.table_id} has seats 1 to {table.settings.seats}, not {number} "
@@ -397,6 +644,127 @@ def _open(table: Table, round_id: str, now: datetime) -> list[RoundEvent]:
     )
 
 
+def _current_or_opened(
+    table: Table, player_id: str, now: datetime
+) -> tuple[Round, list[RoundEvent]]:
+    """The round a bet goes into: the current one, or a new one its bet opens at an idle table."""
+    if table.round_under_way or table.seat_of(player_id) is None:
+        # A bettor holding no seat is refused by the round itself, naming the right rule.
+        return _current(table), []
+    opened = _open(table, table.next_round_id, now)
+    current: Round | None = None
+    for event in opened:
+        current = evolve_round(current, event)
+    assert current is not None
+    return current, opened
+
+
+def _check_dealing_shoe(table: Table, current: Round, shoe_id: str, position: int) -> None:
+    """A coup comes from the open shoe at its next card; a resumed deal from its first card."""
+    shoe = table.shoe
+    if shoe is None:
+        # Tables driven without a shoe lifecycle (the domain's own tests, replays of a bare
+        # deal) take the cards they are given; the application always opens a shoe first.
+        return
+    if current.phase is not Phase.BETTING or not current.has_bets_in_play:
+        # A resumed deal is checked against its own recorded cards by the round, and a round
+        # without play draws no card at all.
+        return
+    if shoe.retired:
+        raise NoShoeOpen(
+            f"shoe {shoe.shoe_id} has retired; a new shoe must open before the next coup "
+            f"(rule {NoShoeOpen.rule})"
+        )
+    if shoe_id != shoe.shoe_id or position != shoe.next_position:
+        raise WrongShoe(
+            f"the next coup is dealt from shoe {shoe.shoe_id} at position {shoe.next_position}, "
+            f"not from shoe {shoe_id} at position {position} (rule {WrongShoe.rule})"
+        )
+
+
+def _open_shoe(table: Table, command: OpenShoe) -> ShoeOpened:
+    if table.shoe is not None:
+        raise ShoeAlreadyOpen(
+            f"shoe {table.shoe.shoe_id} is still open at table {table.table_id} "
+            f"(rule {ShoeAlreadyOpen.rule})"
+        )
+    if command.nonce != table.shoes_opened + 1:
+        raise ShoeNonceOutOfOrder(
+            f"the next shoe at table {table.table_id} takes nonce {table.shoes_opened + 1}, "
+            f"not {command.nonce} (rule {ShoeNonceOutOfOrder.rule})"
+        )
+    if command.decks != table.settings.decks or not (
+        MIN_HANDS <= command.hands < MIN_HANDS + HAND_CHOICES
+    ):
+        raise ShoeCountsInvalid(
+            f"a shoe at table {table.table_id} has {table.settings.decks} decks and "
+            f"{MIN_HANDS} to {MIN_HANDS + HAND_CHOICES - 1} hands, not {command.decks} decks "
+            f"and {command.hands} hands (rule {ShoeCountsInvalid.rule})"
+        )
+    return ShoeOpened(
+        shoe_id=command.shoe_id,
+        server_seed_hash=command.server_seed_hash,
+        client_seed=command.client_seed,
+        nonce=command.nonce,
+        decks=command.decks,
+        hands=command.hands,
+    )
+
+
+def _retire_shoe(table: Table) -> ShoeRetired:
+    shoe = table.live_shoe
+    if shoe is None:
+        raise NoShoeOpen(f"table {table.table_id} has no open shoe (rule {NoShoeOpen.rule})")
+    if shoe.can_deal:
+        raise ShoeStillDealing(
+            f"shoe {shoe.shoe_id} has {shoe.hands_left} hands and {shoe.cards_left} cards left "
+            f"(rule {ShoeStillDealing.rule})"
+        )
+    if table.round is not None and table.round.deal_interrupted:
+        raise ShoeStillDealing(
+            f"shoe {shoe.shoe_id} is part-way through the coup of round {table.round.round_id} "
+            f"(rule {ShoeStillDealing.rule})"
+        )
+    return ShoeRetired(shoe.shoe_id)
+
+
+def _reveal_shoe(table: Table, shoe_id: str, server_seed: str) -> ShoeRevealed:
+    shoe = table.shoe
+    if shoe is None or shoe.shoe_id != shoe_id or not shoe.retired:
+        raise ShoeNotRetired(
+            f"shoe {shoe_id} is not the retired shoe of table {table.table_id} "
+            f"(rule {ShoeNotRetired.rule})"
+        )
+    try:
+        matches = commitment(server_seed) == shoe.commitment
+    except DomainError:
+        matches = False
+    if not matches:
+        # Never echo the offered seed: it may be a live seed sent to the wrong shoe.
+        raise RevealedSeedDiffers(
+            f"the seed offered for shoe {shoe_id} does not hash to its commitment "
+            f"{shoe.commitment} (rule {RevealedSeedDiffers.rule})"
+        )
+    return ShoeRevealed(shoe_id, server_seed)
+
+
+def _remove(table: Table, player_id: str, reason: str) -> list[TableEvent]:
+    if player_id in table.removed:
+        raise PlayerAlreadyRemoved(
+            f"{player_id} was already removed from table {table.table_id} "
+            f"(rule {PlayerAlreadyRemoved.rule})"
+        )
+    if not reason.strip():
+        raise RemovalNeedsAReason(f"a removal must say why (rule {RemovalNeedsAReason.rule})")
+    events: list[TableEvent] = []
+    seat = table.seat_of(player_id)
+    if seat is not None and table.round is not None:
+        # As when leaving: bets not yet confirmed by Deal go back; confirmed ones stay in play.
+        events.extend(withdraw(table.round, player_id, ExclusionReason.REMOVED))
+    events.append(PlayerRemoved(player_id, seat.number if seat is not None else None, reason))
+    return events
+
+
 def _current(table: Table) -> Round:
     if table.round is None:
         raise NoRoundUnderWay(
@@ -427,6 +795,16 @@ def evolve(table: Table | None, event: TableEvent) -> Table:
         return _with_seat(table, event.seat, Seat(event.seat, event.player_id))
     if isinstance(event, PlayerLeft):
         return _with_seat(table, event.seat, None)
+    if isinstance(event, ShoeOpened | ShoeRetired | ShoeRevealed):
+        return _evolve_shoe(table, event)
+    if isinstance(event, PlayerMuted):
+        return replace(table, muted=table.muted | {event.player_id})
+    if isinstance(event, PlayerUnmuted):
+        return replace(table, muted=table.muted - {event.player_id})
+    if isinstance(event, PlayerRemoved):
+        if event.seat is not None:
+            table = _with_seat(table, event.seat, None)
+        return replace(table, removed=table.removed | {event.player_id})
     if isinstance(event, RoundOpened):
         return replace(table, rounds_opened=event.number, round=evolve_round(None, event))
     current = table.round
@@ -434,9 +812,33 @@ def evolve(table: Table | None, event: TableEvent) -> Table:
         # A void of an earlier round, appended to this table's stream, leaves the table as is.
         return table
     current = evolve_round(current, event)
+    shoe = table.shoe
+    if shoe is not None and isinstance(event, CardDrawn) and event.shoe_id == shoe.shoe_id:
+        table = replace(table, shoe=replace(shoe, next_position=event.position + 1))
+    elif shoe is not None and isinstance(event, CoupCompleted) and current.shoe_id == shoe.shoe_id:
+        table = replace(table, shoe=replace(shoe, coups_dealt=shoe.coups_dealt + 1))
     if isinstance(event, RoundSettled):
         return replace(table, round=current, seats=_remember_bets(table.seats, current))
     return replace(table, round=current)
+
+
+def _evolve_shoe(table: Table, event: ShoeOpened | ShoeRetired | ShoeRevealed) -> Table:
+    match event:
+        case ShoeOpened():
+            shoe = Shoe(
+                shoe_id=event.shoe_id,
+                commitment=event.server_seed_hash,
+                client_seed=event.client_seed,
+                nonce=event.nonce,
+                decks=event.decks,
+                hands=event.hands,
+            )
+            return replace(table, shoe=shoe, shoes_opened=event.nonce)
+        case ShoeRetired():
+            assert table.shoe is not None
+            return replace(table, shoe=replace(table.shoe, retired=True))
+        case ShoeRevealed():
+            return replace(table, shoe=None)
 
 
 def replay(events: Iterable[TableEvent]) -> Table:

@@ -38,14 +38,11 @@ from domain.table import (
     OpenRound,
     Pass,
     PlaceBet,
-    PlayerLeft,
-    PlayerSat,
     PressDeal,
     Rebet,
     RemoveBets,
     SitDown,
     Table,
-    TableCreated,
     TableEvent,
     TableSettings,
     VoidRound,
@@ -53,6 +50,7 @@ from domain.table import (
     event_from_payload,
     event_payload,
     evolve,
+    is_round_event,
     replay,
 )
 
@@ -209,11 +207,7 @@ def play(choose: Choose, seed: int) -> Play:
 
 
 def _round_events(events: Sequence[TableEvent], round_id: str) -> list[RoundEvent]:
-    return [
-        e
-        for e in events
-        if not isinstance(e, TableCreated | PlayerSat | PlayerLeft) and e.round_id == round_id
-    ]
+    return [e for e in events if is_round_event(e) and e.round_id == round_id]
 
 
 @dataclass
@@ -275,7 +269,7 @@ def round_phases(events: Sequence[TableEvent]) -> dict[str, Phase]:
     """Each round's final phase, rebuilt round by round from the events."""
     by_round: dict[str, list[RoundEvent]] = defaultdict(list)
     for event in events:
-        if not isinstance(event, TableCreated | PlayerSat | PlayerLeft):
+        if is_round_event(event):
             by_round[event.round_id].append(event)
     return {round_id: replay_round(evs).phase for round_id, evs in by_round.items()}
 

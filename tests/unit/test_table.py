@@ -418,10 +418,33 @@ def test_the_players_own_limit_lowers_the_maximum() -> None:
     assert isinstance(error, BetAbovePlayerLimit)
 
 
-def test_bets_before_any_round_are_refused() -> None:
+def test_a_bet_at_an_idle_table_opens_a_round_for_everyone_seated() -> None:
+    game = Game()
+    game.sit("alice", "bob")
+    events = game.run(PlaceBet("bob", Spot.PLAYER, 100))
+    assert events == [
+        RoundOpened(
+            round_id="table-1-1",
+            number=1,
+            opened_at="2024-05-03T20:00:00+00:00",
+            deadline="2024-05-03T20:00:15+00:00",
+            participants=((1, "alice"), (2, "bob")),
+        ),
+        BetPlaced("table-1-1", 2, "bob", Spot.PLAYER, 100),
+    ]
+
+
+def test_a_refused_bet_at_an_idle_table_opens_no_round() -> None:
     game = Game()
     game.sit("alice")
-    assert isinstance(game.refused(PlaceBet("alice", Spot.PLAYER, 100)), NoRoundUnderWay)
+    assert isinstance(game.refused(PlaceBet("alice", Spot.PLAYER, 150)), DomainError)
+    assert game.state.round is None
+
+
+def test_a_bet_by_someone_unseated_at_an_idle_table_is_refused() -> None:
+    game = Game()
+    game.sit("alice")
+    assert isinstance(game.refused(PlaceBet("carol", Spot.PLAYER, 100)), NoRoundUnderWay)
 
 
 def test_bets_by_someone_not_at_the_table_are_refused() -> None:
@@ -466,8 +489,18 @@ def test_bets_once_the_deadline_has_passed_are_refused() -> None:
     assert isinstance(game.refused(Pass("alice")), BettingWindowClosed)
 
 
-def test_bets_once_the_coup_is_dealt_are_refused() -> None:
+def test_a_bet_once_the_coup_is_settled_goes_into_the_next_round() -> None:
     game = played_round()
+    opened, placed = game.run(PlaceBet("alice", Spot.PLAYER, 100))
+    assert isinstance(opened, RoundOpened)
+    assert opened.number == 2
+    assert placed == BetPlaced(opened.round_id, 1, "alice", Spot.PLAYER, 100)
+
+
+def test_bets_while_the_coup_is_being_dealt_are_refused() -> None:
+    game = ready_round()
+    first_card = decide(game.table, DealCoup("shoe-1", PLAYER_NATURAL, 0), game.now)[0]
+    game.table = evolve(game.table, first_card)
     error = game.refused(PlaceBet("alice", Spot.PLAYER, 100))
     assert isinstance(error, CoupAlreadyDealt)
 
@@ -808,7 +841,6 @@ def test_a_void_during_betting_returns_every_stake_and_pays_nothing() -> None:
     ]
     assert game.state.round is not None
     assert game.state.round.phase is Phase.VOIDED
-    assert isinstance(game.refused(PlaceBet("bob", Spot.TIE, 100)), RoundAlreadyVoided)
     assert isinstance(game.refused(DealCoup("shoe-1", PLAYER_NATURAL, 0)), RoundAlreadyVoided)
     game.open()
 
