@@ -1,0 +1,233 @@
+"""Stream ids, the codec between domain events and stored events, and per-process state caches.
+
+Every domain event is a frozen dataclass of JSON-friendly fields with a stable `type`. The
+codec turns one into a `NewEvent` and a `RecordedEvent` back into one, through a registry
+keyed by (stream category, type): the wallet's `StakeReturned` and the round's are different
+facts with the same name, told apart by the stream they live in.
+"""
+
+from __future__ import annotations
+
+import threading
+import typing
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import fields
+from enum import Enum
+from typing import Any, Generic, TypeAlias, TypeVar
+
+from domain.chat import CHAT_EVENT_TYPES, ChatEvent
+from domain.player_limits import PLAYER_LIMIT_EVENT_TYPES, PlayerLimitEvent
+from domain.table import TABLE_EVENT_TYPES, Table, TableEvent, evolve
+from domain.wallet import WALLET_EVENT_TYPES, WalletEvent
+from events.store import EventStore, NewEvent, RecordedEvent
+
+TABLE = "table"
+WALLET = "wallet"
+PLAYER = "player"
+CHAT = "chat"
+
+DomainEvent: TypeAlias = TableEvent | WalletEvent | PlayerLimitEvent | ChatEvent
+
+
+def table_stream(table_id: str) -> str:
+    """The stream of a table's whole aggregate: settings, seats, rounds, shoe, moderation."""
+    return f"{TABLE}:{table_id}"
+
+
+def wallet_stream(player_id: str) -> str:
+    """The stream of a player's wallet."""
+    return f"{WALLET}:{player_id}"
+
+
+def player_stream(player_id: str) -> str:
+    """The stream of a player's own settings: their bet limit."""
+    return f"{PLAYER}:{player_id}"
+
+
+def chat_stream(table_id: str) -> str:
+    """The stream of a table's chat messages."""
+    return f"{CHAT}:{table_id}"
+
+
+def id_of(stream_id: str) -> str:
+    """The id after a stream's category: `table:T1` -> `T1`."""
+    return stream_id.partition(":")[2]
+
+
+_REGISTRY: dict[tuple[str, str], type[Any]] = {}
+_CATEGORY_OF: dict[type[Any], str] = {}
+
+
+def _register(category: str, classes: tuple[type[Any], ...]) -> None:
+    for cls in classes:
+        key = (category, cls.type)
+        if key in _REGISTRY:
+            raise AssertionError(f"event type {key} registered twice")
+        _REGISTRY[key] = cls
+        _CATEGORY_OF[cls] = category
+
+
+_register(TABLE, TABLE_EVENT_TYPES)
+_register(WALLET, WALLET_EVENT_TYPES)
+_register(PLAYER, PLAYER_LIMIT_EVENT_TYPES)
+_register(CHAT, CHAT_EVENT_TYPES)
+
+EVENT_REGISTRY: Mapping[tuple[str, str], type[Any]] = _REGISTRY
+"""Every domain event class, by (stream category, stored type name)."""
+
+
+def category_for(event: DomainEvent) -> str:
+    """The category of stream an event belongs in."""
+    return _CATEGORY_OF[type(event)]
+
+
+def to_new_event(event: DomainEvent) -> NewEvent:
+    """The stored form of a domain event: its type and its fields as JSON values."""
+    payload = {f.name: _json_value(getattr(event, f.name)) for f in fields(event)}
+    return NewEvent(type=event.type, payload=payload)  # type: ignore[arg-type]
+
+
+def from_recorded(recorded: RecordedEvent) -> DomainEvent:
+    """The domain event a stored one records; the inverse of `to_new_event`."""
+    return decode(recorded.category, recorded.type, recorded.payload)
+
+
+E = TypeVar("E")
+
+
+def from_recorded_as(recorded: RecordedEvent, kinds: tuple[type[E], ...]) -> E:
+    """The domain event a stored one records, checked to be one of `kinds`."""
+    event = from_recorded(recorded)
+    if not isinstance(event, kinds):
+        raise TypeError(f"{recorded.stream_id} holds a {recorded.type}, not one of {kinds}")
+    return event
+
+
+def decode(category: str, type_name: str, payload: Mapping[str, object]) -> DomainEvent:
+    """The domain event of a stream category, type name and payload."""
+    cls = _REGISTRY.get((category, type_name))
+    if cls is None:
+        raise KeyError(f"no event type {type_name!r} in {category!r} streams")
+    coercers = _coercers(cls)
+    event: DomainEvent = cls(**{name: coercers[name](value) for name, value in payload.items()})
+    return event
+
+
+def _json_value(value: object) -> object:
+    if isinstance(value, Enum):
+        return str(value.value)
+    if isinstance(value, tuple):
+        return [_json_value(item) for item in value]
+    return value
+
+
+def _tupled(value: Any) -> Any:
+    if isinstance(value, list | tuple):
+        return tuple(_tupled(item) for item in value)
+    return value
+
+
+def _unchanged(value: Any) -> Any:
+    return value
+
+
+_Coercer: TypeAlias = Callable[[Any], Any]
+# Reading type hints is slow and they never change, so each class's coercers are built once.
+_COERCERS: dict[type[Any], dict[str, _Coercer]] = {}
+
+
+def _coercers(cls: type[Any]) -> dict[str, _Coercer]:
+    found = _COERCERS.get(cls)
+    if found is not None:
+        return found
+    coercers: dict[str, _Coercer] = {}
+    for name, hint in typing.get_type_hints(cls).items():
+        if typing.get_origin(hint) is typing.ClassVar:
+            continue
+        if isinstance(hint, type) and issubclass(hint, Enum):
+            coercers[name] = hint
+        elif typing.get_origin(hint) is tuple:
+            coercers[name] = _tupled
+        else:
+            coercers[name] = _unchanged
+    _COERCERS[cls] = coercers
+    return coercers
+
+
+# Caches: the state of a stream at a version, so a load reads only the events after it.
+
+S = TypeVar("S")
+
+
+class StreamCache(Generic[S]):
+    """Per process, LRU-bounded: (version, state) per stream, brought up to date on each load.
+
+    A cached state may be stale; that is safe because every append names the version it read
+    and the store refuses a stale one. States are immutable, so sharing them across threads
+    needs the lock only around the dictionary itself.
+    """
+
+    def __init__(
+        self,
+        initial: Callable[[str], S],
+        fold: Callable[[S, DomainEvent], S],
+        capacity: int = 1024,
+    ) -> None:
+        self._initial = initial
+        self._fold = fold
+        self._capacity = capacity
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[str, tuple[int, S]] = OrderedDict()
+
+    def load(self, store: EventStore, stream_id: str) -> tuple[int, S]:
+        """The stream's state and version now: the cached one, plus any events since."""
+        with self._lock:
+            entry = self._entries.get(stream_id)
+            if entry is not None:
+                self._entries.move_to_end(stream_id)
+        version, state = entry if entry is not None else (0, self._initial(stream_id))
+        recorded = store.read_stream(stream_id, from_version=version + 1)
+        if not recorded and entry is not None:
+            return entry
+        for event in recorded:
+            state = self._fold(state, from_recorded(event))
+            version = event.version
+        self.put(stream_id, version, state)
+        return version, state
+
+    def put(self, stream_id: str, version: int, state: S) -> None:
+        """Remember a stream's state at a version, unless a newer one is already cached."""
+        with self._lock:
+            entry = self._entries.get(stream_id)
+            if entry is None or entry[0] < version:
+                self._entries[stream_id] = (version, state)
+            self._entries.move_to_end(stream_id)
+            while len(self._entries) > self._capacity:
+                self._entries.popitem(last=False)
+
+    def forget(self, stream_id: str) -> None:
+        """Drop a stream's cached state."""
+        with self._lock:
+            self._entries.pop(stream_id, None)
+
+
+def _fold_table(table: Table | None, event: DomainEvent) -> Table | None:
+    if category_for(event) != TABLE:
+        raise TypeError(f"{event.type} is not a table event")
+    return evolve(table, event)  # type: ignore[arg-type]
+
+
+def _no_table(stream_id: str) -> Table | None:
+    return None
+
+
+class TableCache(StreamCache["Table | None"]):
+    """The per-process cache of table states: (version, Table) per table stream."""
+
+    def __init__(self, capacity: int = 1024) -> None:
+        super().__init__(_no_table, _fold_table, capacity)
+
+    def table(self, store: EventStore, table_id: str) -> tuple[int, Table | None]:
+        """A table's version and state (None if it was never created)."""
+        return self.load(store, table_stream(table_id))
