@@ -1,0 +1,122 @@
+"""No response, to any role, ever shows a live shoe's server seed or its next undealt cards.
+
+A whole one-deck shoe is played over the real PostgreSQL store, and after every action every
+GET endpoint the app serves is called; every body (commands' answers included) is searched
+for the live shoe's seed, read from the store as only a test may, and for its next four
+undealt cards as a JSON list would hold them. Once the shoe retires, its seed is revealed.
+"""
+
+import json
+import re
+from typing import Any
+
+from werkzeug.test import TestResponse
+
+from domain.cards import card_code
+from domain.shoe import commitment, shuffle_shoe
+from events.postgres import Pool, PostgresEventStore
+from service.api import EXTENSION, Container
+from service.keys import Role
+from tests.api_harness import Api
+
+PLAYERS = ("alice", "bob")
+
+
+class Watch:
+    """Checks each response against the shoe that is live once the response is given."""
+
+    def __init__(self, api: Api) -> None:
+        self.api = api
+        self.checked = 0
+        self.revealed: list[str] = []
+
+    def live_secrets(self) -> tuple[str, list[str]] | None:
+        wiring = self.api.app.extensions[EXTENSION]
+        assert isinstance(wiring, Container)
+        shoe = wiring.games.table("T1").live_shoe
+        if shoe is None:
+            return None
+        seed = self.api.store.load_shoe_secret(shoe.shoe_id)
+        assert seed is not None
+        assert commitment(seed) == shoe.commitment
+        cards = shuffle_shoe(seed, shoe.client_seed, shoe.nonce, shoe.decks).cards
+        undealt = [card_code(card) for card in cards[shoe.next_position :]]
+        return seed, undealt
+
+    def __call__(self, response: TestResponse) -> None:
+        body = response.get_data(as_text=True)
+        if '"shoe_revealed":{' in body.replace(" ", ""):
+            self.revealed.append(json.loads(body)["shoe_revealed"]["server_seed"])
+        secrets = self.live_secrets()
+        if secrets is None:
+            return
+        seed, undealt = secrets
+        assert seed not in body, response.request.path
+        assert seed.upper() not in body.upper()
+        next_four = undealt[:4]
+        if len(next_four) == 4:
+            assert not holds_in_order(body, next_four), response.request.path
+        self.checked += 1
+
+
+def holds_in_order(body: str, codes: list[str]) -> bool:
+    """Whether the codes appear as consecutive JSON strings in a list, whatever the spacing."""
+    pattern = r"\s*,\s*".join(re.escape(json.dumps(code)) for code in codes)
+    return re.search(pattern, body) is not None
+
+
+def read_everything(api: Api) -> None:
+    """Call every GET endpoint the app serves, for the table and for each player."""
+    roles = list(Role)
+    for number, rule in enumerate(api.app.url_map.iter_rules()):
+        if "GET" not in (rule.methods or set()) or not rule.rule.startswith("/v1/"):
+            continue
+        if rule.rule.endswith("openapi.json"):
+            continue  # the document is made from the code alone, and is large
+        for player in PLAYERS if "<player_id>" in rule.rule else PLAYERS[:1]:
+            path = rule.rule.replace("<table_id>", "T1").replace("<player_id>", player)
+            response = api.call("GET", path, role=roles[number % len(roles)])
+            assert response.status_code == 200, (path, response.get_json(force=True))
+
+
+def test_a_whole_shoe_never_shows_its_seed_or_next_cards_until_it_is_revealed(
+    app_pool: Pool,
+) -> None:
+    api = Api(store=PostgresEventStore(app_pool))
+    watch = Watch(api)
+    api.on_response = watch
+    api.create_table("T1", seats=2, decks=1)
+    for seat, player in enumerate(PLAYERS, start=1):
+        api.fund(player, 1_000_000)
+        api.sit("T1", player, seat)
+    api.ok("POST", "/v1/tables/T1/chat", {"player_id": "alice", "text": "good luck"}, status=201)
+    read_everything(api)
+    holds = holds_in_order('[{"a":1},"4D", "KS","2H" ,"TC"]', ["4D", "KS", "2H", "TC"])
+    assert holds, "the card search must find a planted sequence"
+
+    rounds = 0
+    timed_out = False
+    while not watch.revealed:
+        rounds += 1
+        assert rounds < 30, "a one-deck shoe retires within 30 coups"
+        for spot, player in zip(("banker", "player"), PLAYERS, strict=True):
+            api.bet("T1", player, spot, 1_000)
+            read_everything(api)
+        if rounds == 1:
+            first_commitment = api.state()["shoe"]["server_seed_hash"]
+        last: dict[str, Any] = api.act("T1", "deal", "alice")
+        read_everything(api)
+        if not timed_out:
+            # Once in the shoe, Bob never acts: the window closes on the next request.
+            timed_out = True
+            api.clock.advance(16)
+            state = api.state()
+            assert state["round_id"] != last["round_id"]
+        else:
+            last = api.act("T1", "deal", "bob")
+            assert last["coup"] is not None
+        read_everything(api)
+
+    (seed,) = watch.revealed
+    assert commitment(seed) == first_commitment
+    assert watch.checked > 100
