@@ -52,6 +52,8 @@ class ChatService:
     def post(self, table_id: str, player_id: str, text: str, actor: Actor) -> Receipt:
         """Post a message, refused for players not seated, muted or removed."""
 
+        self._game.catch_up(table_id)
+
         def prepare() -> Prepared:
             table_version, table = self._tables.table(self._store, table_id)
             if table is None:
@@ -74,8 +76,7 @@ class ChatService:
         """The table's last `limit` messages, oldest first and newest last."""
         if limit < 1:
             raise ValueError("limit must be at least 1")
-        if self._tables.table(self._store, table_id)[1] is None:
-            raise TableNotFound(table_id)
+        self._game.catch_up(table_id)
         recorded = self._store.read_stream(chat_stream(table_id))[-limit:]
         messages: list[ChatMessage] = []
         for event in recorded:

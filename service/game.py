@@ -362,16 +362,23 @@ class GameService:
         return [self.table(table_id) for table_id in table_ids]
 
     def table(self, table_id: str) -> Table:
-        """A table's current state."""
-        return self._load(table_id)[1]
+        """A table's current state; a lapsed window is closed and dealt first."""
+        return self.catch_up(table_id)[1]
 
     def live_state(self, table_id: str) -> LiveState:
         """What a front end shows of a table now; a lapsed window is closed and dealt first."""
+        return _live_state(*self.catch_up(table_id))
+
+    def catch_up(self, table_id: str) -> tuple[int, Table]:
+        """Enforce a lapsed betting window (exclude, then deal); the table as it then stands.
+
+        Every request to a table calls this, so a dead worker cannot stall a table.
+        """
         version, table = self._load(table_id)
         if self._overdue(table, self._clock()):
             self._catch_up(table_id)
             version, table = self._load(table_id)
-        return _live_state(version, table)
+        return version, table
 
     # Seats.
 

@@ -41,6 +41,7 @@ from events.store import (
 )
 from service.actor import Actor
 from service.appends import Receipt
+from service.chat import ChatService
 from service.errors import Conflict, TableNotFound
 from service.game import IDLE, GameService
 from service.players import PlayerService
@@ -213,6 +214,26 @@ def test_a_lapsed_window_is_closed_and_dealt_before_the_next_command() -> None:
     assert state.round_number == 2
     assert state.phase == "betting"
     assert casino.available("alice") == 10_000 + 950
+
+
+@pytest.mark.parametrize("request_kind", ["read the table", "read the chat", "post to the chat"])
+def test_every_request_to_a_table_enforces_a_lapsed_window(request_kind: str) -> None:
+    casino = Casino()
+    casino.table()
+    casino.seat("alice", "bob")
+    casino.game.place_bet("T1", "alice", Spot.BANKER, 1_000, FRONTEND)
+    casino.game.press_deal("T1", "alice", FRONTEND)
+    casino.clock.advance(20)
+    chat = ChatService(casino.store, casino.clock, casino.game)
+    if request_kind == "read the table":
+        casino.game.table("T1")
+    elif request_kind == "read the chat":
+        chat.recent("T1")
+    else:
+        chat.post("T1", "bob", "still here?", FRONTEND)
+    # Bob never acted: he is excluded and Alice's coup is dealt, with no worker involved.
+    assert casino.available("alice") == 10_000 + 950
+    assert casino.game.live_state("T1").round_number == 2
 
 
 def test_a_window_job_for_a_round_already_dealt_does_nothing() -> None:
