@@ -29,8 +29,9 @@ pytest: $(STAMP)
 
 test: lint typecheck pytest
 
+# PostgreSQL and Redis from the environment, or embedded ones; then the API and the worker.
 run: $(STAMP)
-	$(BIN)/shoebox simulate --shoes 10
+	$(BIN)/shoebox run
 
 bench: $(STAMP)
 	$(BIN)/python bench/domain.py

@@ -21,6 +21,7 @@ from service.game import GameService, WindowScheduler
 from service.keys import ApiKey, KeyRing
 from service.players import LimitCache, PlayerService
 from service.problems import Problem, register_problem_handlers
+from service.scheduler import RqWindowScheduler
 from service.settings import Settings, SettingsError
 from service.streams import TableCache
 from service.wallets import WalletCache, WalletService
@@ -65,11 +66,14 @@ def create_app(
 ) -> Flask:
     """Build the API over `store`, or over a pool on the settings' database if none is given.
 
-    `scheduler` closes betting windows on time (the RQ scheduler in production); without one,
-    windows are closed lazily by the next request to their table.
+    `scheduler` closes betting windows on time: by default the RQ scheduler when the settings
+    name a Redis; with neither, windows are closed lazily by the next request to their table.
     """
     settings = settings if settings is not None else Settings.from_env()
     clock = clock if clock is not None else utc_now
+    if scheduler is None and settings.redis_url:
+        # Connects to nothing yet; a Redis that is down only costs windows their promptness.
+        scheduler = RqWindowScheduler.from_url(settings.redis_url)
     pool: Pool | None = None
     if store is None:
         pool = _open_pool(settings, pool_size)

@@ -2,7 +2,7 @@
 
 import click
 
-from service.commands import audit, game, keys, odds, serve, store
+from service.commands import audit, game, keys, odds, run, serve, store, worker
 
 
 @click.group()
@@ -10,6 +10,6 @@ def main() -> None:
     """Shoebox: a provably fair Punto Banco server with a tamper-evident audit log."""
 
 
-for _module in (game, odds, store, audit, keys, serve):
+for _module in (game, odds, store, audit, keys, serve, worker, run):
     for _command in _module.commands:
         main.add_command(_command)

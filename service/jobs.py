@@ -1,0 +1,111 @@
+"""The jobs `shoebox worker` runs: importable top-level functions that take plain ids.
+
+A job builds what it needs once per worker process, on its first call, from the settings that
+`configure` was given (by `shoebox worker`) or else from the environment. Nothing connects at
+import time. The worker runs jobs in its own process (rq's SimpleWorker), so the pool and the
+caches of tables, wallets and shuffled shoes live as long as the worker does.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Final
+
+from events.postgres import Pool, PostgresEventStore, app_conninfo, open_pool
+from events.store import utc_now
+from service.errors import NotFound
+from service.game import GameService, WindowScheduler
+from service.scheduler import WINDOW_QUEUE, RqWindowScheduler
+from service.settings import Settings, SettingsError
+
+log = logging.getLogger(__name__)
+
+# One job at a time per worker process: one connection, and one spare for a slow release.
+POOL_SIZE: Final = 2
+
+CLOSED: Final = "closed"
+NOTHING_DUE: Final = "nothing due"
+GONE: Final = "no such table or round"
+
+
+@dataclass(frozen=True, slots=True)
+class _Services:
+    games: GameService
+    pool: Pool
+
+
+_lock = threading.Lock()
+_settings: Settings | None = None
+_queue_name = WINDOW_QUEUE
+_services: _Services | None = None
+
+
+def configure(settings: Settings, queue_name: str = WINDOW_QUEUE) -> None:
+    """Build the jobs' services from `settings` (URLs resolved), scheduling on `queue_name`."""
+    global _settings, _queue_name
+    with _lock:
+        if _services is not None:
+            raise RuntimeError("the jobs' services are already built; configure before work")
+        _settings = settings
+        _queue_name = queue_name
+
+
+def close_betting_window(table_id: str, round_id: str) -> str:
+    """Close a round's betting window if it is still open and due, then deal; say what happened.
+
+    Safe to run any number of times: a round already dealt (by an earlier run, or lazily by a
+    request to its table) is left alone.
+    """
+    games = _built().games
+    try:
+        receipt = games.close_window(table_id, round_id)
+    except NotFound as gone:
+        # Retrying cannot make a table or round appear; the job is simply moot.
+        log.warning("window job for round %s at table %s: %s", round_id, table_id, gone)
+        return GONE
+    if receipt is None:
+        return NOTHING_DUE
+    log.info("closed the window of round %s at table %s", round_id, table_id)
+    return CLOSED
+
+
+def _built() -> _Services:
+    global _services
+    with _lock:
+        if _services is None:
+            settings = _settings if _settings is not None else Settings.from_env()
+            _services = _build(settings, _queue_name)
+        return _services
+
+
+def _build(settings: Settings, queue_name: str) -> _Services:
+    if settings.database_url is None:
+        raise SettingsError(
+            "the worker's jobs need DATABASE_URL; `shoebox worker` sets it, starting the"
+            " embedded PostgreSQL when it is unset"
+        )
+    conninfo = settings.app_database_url or app_conninfo(settings.database_url, environ={})
+    pool = open_pool(conninfo, max_size=POOL_SIZE)
+    atexit.register(pool.close)
+    # Dealing a round opens the next one, whose window this worker's scheduler schedules.
+    scheduler: WindowScheduler | None = (
+        RqWindowScheduler.from_url(settings.redis_url, queue_name=queue_name)
+        if settings.redis_url
+        else None
+    )
+    games = GameService(PostgresEventStore(pool, utc_now), utc_now, scheduler)
+    return _Services(games=games, pool=pool)
+
+
+def reset() -> None:
+    """Forget the built services and configuration, closing the pool: for tests."""
+    global _settings, _queue_name, _services
+    with _lock:
+        if _services is not None:
+            _services.pool.close()
+        _services = None
+        _settings = None
+        _queue_name = WINDOW_QUEUE

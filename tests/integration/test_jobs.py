@@ -1,0 +1,231 @@
+"""The betting-window job through real Redis, rq's scheduler and a real PostgreSQL log."""
+
+import logging
+import os
+import secrets
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import redis
+from rq import Queue, SimpleWorker
+from rq.job import Job, JobStatus
+from rq.serializers import JSONSerializer
+
+from domain.outcome import Spot
+from domain.table import TableSettings
+from events.postgres import Pool, PostgresEventStore
+from events.store import utc_now
+from service import jobs
+from service.actor import Actor
+from service.game import GameService
+from service.scheduler import (
+    CLOSE_WINDOW_JOB,
+    RqWindowScheduler,
+    redis_for_requests,
+    window_job_id,
+)
+from service.settings import Settings
+from service.wallets import WalletService
+
+OPS = Actor("ops-1", "ops")
+FRONTEND = Actor("frontend-1", "frontend")
+WINDOW = timedelta(seconds=1)
+
+
+@pytest.fixture
+def redis_url() -> str:
+    return os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
+
+
+@pytest.fixture
+def queue(redis_url: str) -> Iterator[Queue]:
+    """A queue of this test's own on the shared Redis, every key it made deleted afterwards."""
+    connection = redis.Redis.from_url(redis_url)
+    name = f"shoebox-test-{secrets.token_hex(6)}"
+    queue = Queue(name, connection=connection, serializer=JSONSerializer)
+    try:
+        yield queue
+    finally:
+        job_ids = set(queue.get_job_ids())
+        for registry in (
+            queue.scheduled_job_registry,
+            queue.started_job_registry,
+            queue.finished_job_registry,
+            queue.failed_job_registry,
+            queue.deferred_job_registry,
+        ):
+            job_ids.update(registry.get_job_ids(cleanup=False))
+        # A job's own keys (rq:job:ID, rq:results:ID, ...) do not carry the queue's name.
+        for pattern in [f"*{name}*", *(f"rq:*{job_id}*" for job_id in job_ids)]:
+            for key in connection.scan_iter(match=pattern):
+                connection.delete(key)
+        connection.srem("rq:queues", f"rq:queue:{name}")
+        connection.close()
+
+
+@pytest.fixture
+def configured_jobs(fresh_database: str, redis_url: str, queue: Queue) -> Iterator[None]:
+    """The jobs module configured as `shoebox worker` configures it, and reset afterwards."""
+    jobs.reset()
+    jobs.configure(Settings(database_url=fresh_database, redis_url=redis_url), queue.name)
+    try:
+        yield
+    finally:
+        jobs.reset()
+
+
+def burst(queue: Queue) -> None:
+    """Run rq's scheduler once, then every job that is due, as `shoebox worker --burst` does."""
+    worker = SimpleWorker(
+        [queue],
+        connection=queue.connection,
+        serializer=JSONSerializer,
+        name=f"{queue.name}-{secrets.token_hex(3)}",
+    )
+    worker.work(burst=True, with_scheduler=True)
+
+
+def open_round(games: GameService, store: PostgresEventStore, table_id: str) -> str:
+    """A table with a one-second window and two seated players: alice bets and presses Deal."""
+    wallets = WalletService(store, utc_now)
+    games.create_table(table_id, TableSettings(seats=3, betting_window=WINDOW), OPS)
+    for seat, player in enumerate(("alice", "bob"), start=1):
+        wallets.deposit(player, 10_000, "float", OPS)
+        games.sit(table_id, player, seat, FRONTEND)
+    games.place_bet(table_id, "alice", Spot.BANKER, 1_000, FRONTEND)
+    games.press_deal(table_id, "alice", FRONTEND)
+    current = games.table(table_id).round
+    assert current is not None
+    return current.round_id
+
+
+def test_scheduled_job_closes_the_window_and_deals_once_the_deadline_passes(
+    app_pool: Pool, queue: Queue, configured_jobs: None
+) -> None:
+    store = PostgresEventStore(app_pool, utc_now)
+    games = GameService(store, utc_now, RqWindowScheduler(queue.connection, queue_name=queue.name))
+    table_id = f"T-{secrets.token_hex(4)}"
+    round_id = open_round(games, store, table_id)
+    job_id = window_job_id(table_id, round_id)
+    scheduled = queue.scheduled_job_registry
+    assert scheduled.get_job_ids() == [job_id]
+    job = Job.fetch(job_id, connection=queue.connection, serializer=JSONSerializer)
+    assert job.func_name == CLOSE_WINDOW_JOB
+    assert job.args == [table_id, round_id]
+
+    # Before the deadline the scheduler has nothing due and the job stays scheduled.
+    due = scheduled.get_scheduled_time(job_id)
+    assert utc_now() < due
+    burst(queue)
+    assert job.get_status() is JobStatus.SCHEDULED
+
+    time.sleep(WINDOW.total_seconds() + 1.1)
+    burst(queue)
+
+    assert job.get_status() is JobStatus.FINISHED
+    assert job.return_value(refresh=True) == jobs.CLOSED
+    coups = store.read_all(types=["CoupCompleted"])
+    assert [event.payload["round_id"] for event in coups] == [round_id]
+    # The worker dealt it, as the table's own append, not a request's.
+    assert coups[0].metadata.actor == "shoebox"
+    # Bob never acted and was excluded when the window closed; alice's bet was dealt.
+    settled = store.read_all(types=["BetSettled"])
+    assert [(e.payload["player_id"], e.payload["spot"]) for e in settled] == [("alice", "banker")]
+    # The deal opened the next round, whose window the worker scheduled in turn.
+    following = games.table(table_id).round
+    assert following is not None
+    assert following.round_id != round_id
+    assert scheduled.get_job_ids() == [window_job_id(table_id, following.round_id)]
+
+
+def test_window_job_run_twice_deals_the_round_once(
+    app_pool: Pool, queue: Queue, configured_jobs: None
+) -> None:
+    store = PostgresEventStore(app_pool, utc_now)
+    games = GameService(store, utc_now)
+    table_id = f"T-{secrets.token_hex(4)}"
+    round_id = open_round(games, store, table_id)
+    time.sleep(WINDOW.total_seconds() + 0.1)
+
+    assert jobs.close_betting_window(table_id, round_id) == jobs.CLOSED
+    assert jobs.close_betting_window(table_id, round_id) == jobs.NOTHING_DUE
+    assert len(store.read_all(types=["CoupCompleted"])) == 1
+    assert len(store.read_all(categories=["wallet"], types=["PayoutCredited"])) == 1
+
+
+def test_window_job_before_the_deadline_leaves_the_round_open(
+    app_pool: Pool, queue: Queue, configured_jobs: None
+) -> None:
+    store = PostgresEventStore(app_pool, utc_now)
+    games = GameService(store, utc_now)
+    table_id = f"T-{secrets.token_hex(4)}"
+    round_id = open_round(games, store, table_id)
+
+    assert jobs.close_betting_window(table_id, round_id) == jobs.NOTHING_DUE
+    assert not store.read_all(types=["CoupCompleted"])
+    # It asked to be run again at the deadline.
+    assert queue.scheduled_job_registry.get_job_ids() == [window_job_id(table_id, round_id)]
+
+
+def test_window_job_for_an_unknown_table_is_moot_not_retried(configured_jobs: None) -> None:
+    assert jobs.close_betting_window("no-such-table", "no-such-round") == jobs.GONE
+
+
+def test_scheduling_twice_keeps_one_job_for_the_round(queue: Queue) -> None:
+    scheduler = RqWindowScheduler(queue.connection, queue_name=queue.name)
+    deadline = datetime.now(UTC) + timedelta(minutes=5)
+    scheduler.schedule_window_close("T1", "T1-1", deadline)
+    scheduler.schedule_window_close("T1", "T1-1", deadline)
+    registry = queue.scheduled_job_registry
+    assert registry.get_job_ids() == [window_job_id("T1", "T1-1")]
+    # rq keeps whole seconds; the job is due at the deadline's second or after, never before.
+    due = registry.get_scheduled_time(window_job_id("T1", "T1-1"))
+    assert deadline <= due < deadline + timedelta(seconds=1)
+
+
+def test_scheduling_on_a_dead_redis_logs_and_the_bet_still_succeeds(
+    app_pool: Pool, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Nothing listens on port 1; the client gives up at once instead of retrying.
+    scheduler = RqWindowScheduler.from_url("redis://127.0.0.1:1/0")
+    store = PostgresEventStore(app_pool, utc_now)
+    games = GameService(store, utc_now, scheduler)
+    table_id = f"T-{secrets.token_hex(4)}"
+
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="service.scheduler"):
+        round_id = open_round(games, store, table_id)
+    assert time.monotonic() - started < 5
+
+    (warning,) = [r.getMessage() for r in caplog.records if r.name == "service.scheduler"]
+    assert warning.startswith(f"could not schedule the window of round {round_id} at table")
+    assert warning.endswith("it will close on the table's next request instead")
+    assert len(store.read_all(types=["BetPlaced"])) == 1
+    # The lazy path still closes the window: the next request after the deadline deals.
+    time.sleep(WINDOW.total_seconds() + 0.1)
+    assert games.live_state(table_id).round_id != round_id
+    assert len(store.read_all(types=["CoupCompleted"])) == 1
+
+
+def test_scheduler_stays_quiet_for_a_while_after_redis_fails(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    now = [100.0]
+    scheduler = RqWindowScheduler(
+        redis_for_requests("redis://127.0.0.1:1/0"),
+        quiet_after_failure=5.0,
+        monotonic=lambda: now[0],
+    )
+    deadline = datetime.now(UTC) + timedelta(seconds=15)
+    with caplog.at_level(logging.WARNING, logger="service.scheduler"):
+        scheduler.schedule_window_close("T1", "T1-1", deadline)
+        now[0] += 4.9
+        scheduler.schedule_window_close("T1", "T1-2", deadline)
+        now[0] += 0.2
+        scheduler.schedule_window_close("T1", "T1-3", deadline)
+    warned = [r.getMessage() for r in caplog.records if r.name == "service.scheduler"]
+    assert len(warned) == 2
+    assert "round T1-1" in warned[0]
+    assert "round T1-3" in warned[1]
