@@ -5,7 +5,8 @@ in DATABASE_URL (default postgresql://postgres@127.0.0.1:5432/postgres); it crea
 of its own and drops it at the end. Every figure is the median of R repeats, and the
 contenders take turns within each repeat so that noise on the machine hits them alike:
 
-- shoebox: events.postgres.PostgresEventStore, connected as the application role;
+- shoebox: events.postgres.PostgresEventStore, connected as the application role; its reads
+  and its verification go through iter_all / iter_rows, which read batches ahead;
 - raw: plain psycopg INSERTs into a table of the same shape with no lock and no chain,
   autocommit, one row a statement: the physical limit of this server for this row;
 - eventsourcing: the library's PostgresApplicationRecorder, the peer with the same lock.
@@ -52,7 +53,7 @@ from bench.common import (  # noqa: E402
     timed,
     timed_clients,
 )
-from events.canonical import metadata_document, verify_chain  # noqa: E402
+from events.canonical import metadata_document, verify_chain, verify_rows  # noqa: E402
 from events.migrations import apply_migrations  # noqa: E402
 from events.postgres import PostgresEventStore, app_conninfo, open_pool  # noqa: E402
 from events.store import (  # noqa: E402
@@ -230,28 +231,25 @@ class Shoebox(Contender):
         return self.store.head()
 
     def read(self, count: int, batch_size: int) -> int:
-        """Events decoded into RecordedEvent objects by read_all."""
-        seen, position = 0, 0
-        while seen < count:
-            events = self.store.read_all(position, min(batch_size, count - seen))
-            if not events:
-                raise RuntimeError(f"the log ran out after {seen} events")
+        """Events decoded into RecordedEvent objects by iter_all, which reads a batch ahead."""
+        seen = 0
+        for events in self.store.iter_all(0, batch_size, to_position=count):
             seen += len(events)
-            position = events[-1].position
+        if seen != count:
+            raise RuntimeError(f"the log ran out after {seen} events")
         return seen
 
     def verify(self, count: int, batch_size: int) -> int:
-        """Walk the chain from genesis as `shoebox audit verify` does: read, then rehash."""
-        seen, position, prev_hash = 0, 0, GENESIS_HASH
-        while seen < count:
-            events = self.store.read_all(position, min(batch_size, count - seen), upcast=False)
-            if not events:
-                raise RuntimeError(f"the log ran out after {seen} events")
-            broken = verify_chain(events, prev_hash, position + 1)
+        """Walk the chain from genesis as `shoebox audit verify` does: rows read ahead, rehashed."""
+        seen, prev_hash = 0, GENESIS_HASH
+        for rows in self.store.iter_rows(0, batch_size, to_position=count):
+            broken = verify_rows(rows, prev_hash, seen + 1)
             if broken is not None:
                 raise RuntimeError(f"the benchmark's own chain is broken: {broken}")
-            seen += len(events)
-            position, prev_hash = events[-1].position, events[-1].hash
+            seen += len(rows)
+            prev_hash = rows[-1][10]
+        if seen != count:
+            raise RuntimeError(f"the log ran out after {seen} events")
         return seen
 
     def fetch(self, count: int, batch_size: int) -> list[RecordedEvent]:

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
+from typing import TypeAlias
 
 import orjson
 
@@ -79,12 +80,9 @@ def format_timestamp(moment: datetime) -> str:
     """RFC 3339 in UTC with exactly six fractional digits and a `Z`."""
     if moment.tzinfo is None or moment.utcoffset() is None:
         raise ValueError("timestamps in the log are timezone-aware")
-    utc = moment.astimezone(UTC)
-    # Spelled out because strftime's %Y does not zero-pad years before 1000 on every libc.
-    return (
-        f"{utc.year:04d}-{utc.month:02d}-{utc.day:02d}T"
-        f"{utc.hour:02d}:{utc.minute:02d}:{utc.second:02d}.{utc.microsecond:06d}Z"
-    )
+    # isoformat zero-pads the year to four digits on every platform (strftime's %Y does not)
+    # and writes UTC as "+00:00"; it is three times faster than formatting field by field.
+    return moment.astimezone(UTC).isoformat(timespec="microseconds")[:-6] + "Z"
 
 
 def metadata_document(metadata: EventMetadata) -> dict[str, JsonValue]:
@@ -208,6 +206,40 @@ def chain_events(
     return records
 
 
+def split_event_documents(
+    streams: Sequence[StreamAppend], metadata: EventMetadata, recorded_at: datetime
+) -> list[tuple[bytes, bytes]]:
+    """Each new event's canonical document cut where its position goes, in append order.
+
+    For the event that lands at position p, `prefix + str(p).encode() + suffix` is exactly its
+    `event_bytes`: sorted keys put "position" between "payload" and "recorded_at", so a store
+    that learns the head only under its lock can finish the documents (and the hashes) there.
+    """
+    metadata_json = metadata_document(metadata)
+    recorded = format_timestamp(recorded_at)
+    documents: list[tuple[bytes, bytes]] = []
+    for stream in streams:
+        category = category_of(stream.stream_id)
+        version = stream.expected_version
+        for event in stream.events:
+            version += 1
+            payload = normalise(event.payload, "$.payload")
+            if not isinstance(payload, dict):
+                raise CanonicalJsonError(f"the payload of {event.type} must be a JSON object")
+            before = _dumps({"category": category, "metadata": metadata_json, "payload": payload})
+            after = _dumps(
+                {
+                    "recorded_at": recorded,
+                    "schema_version": event.schema_version,
+                    "stream_id": stream.stream_id,
+                    "type": event.type,
+                    "version": version,
+                }
+            )
+            documents.append((before[:-1] + b',"position":', b"," + after[1:]))
+    return documents
+
+
 class BreakKind(StrEnum):
     """Which property of the chain a broken link violates."""
 
@@ -244,16 +276,111 @@ def verify_chain(
     if expected_position is None and expected_prev_hash == GENESIS_HASH:
         expected_position = 1
     prev_hash = expected_prev_hash
+    # The events of one append share their metadata object (the stores read them back that
+    # way) and their timestamp, so each is written out once per append, not once per event.
+    # Metadata is compared by identity: equality would cost as much as writing it out.
+    last_metadata: EventMetadata | None = None
+    metadata_json: dict[str, JsonValue] = {}
+    last_recorded_at: datetime | None = None
+    recorded = ""
+    dumps, sort_keys, sha256 = orjson.dumps, orjson.OPT_SORT_KEYS, hashlib.sha256
     for event in events:
-        if expected_position is not None and event.position != expected_position:
+        position = event.position
+        if expected_position is not None and position != expected_position:
             return ChainBreak(
-                expected_position, BreakKind.POSITION, str(expected_position), str(event.position)
+                expected_position, BreakKind.POSITION, str(expected_position), str(position)
             )
         if event.prev_hash != prev_hash:
-            return ChainBreak(event.position, BreakKind.PREV_HASH, prev_hash, event.prev_hash)
-        digest = hash_event(event)
+            return ChainBreak(position, BreakKind.PREV_HASH, prev_hash, event.prev_hash)
+        if event.metadata is not last_metadata:
+            last_metadata = event.metadata
+            metadata_json = metadata_document(last_metadata)
+        if event.recorded_at != last_recorded_at:
+            last_recorded_at = event.recorded_at
+            recorded = format_timestamp(last_recorded_at)
+        # The document of event_bytes, inlined: this loop is the verifier's whole cost.
+        document = dumps(
+            {
+                "position": position,
+                "stream_id": event.stream_id,
+                "category": event.category,
+                "version": event.version,
+                "type": event.type,
+                "schema_version": event.schema_version,
+                "payload": event.payload,
+                "metadata": metadata_json,
+                "recorded_at": recorded,
+            },
+            option=sort_keys,
+        )
+        digest = sha256(prev_hash.encode("ascii") + document).hexdigest()
         if event.hash != digest:
-            return ChainBreak(event.position, BreakKind.HASH, digest, event.hash)
-        prev_hash = event.hash
-        expected_position = event.position + 1
+            return ChainBreak(position, BreakKind.HASH, digest, event.hash)
+        prev_hash = digest
+        expected_position = position + 1
+    return None
+
+
+RecordedRow: TypeAlias = tuple[int, str, str, int, str, int, str, str, datetime, str, str]
+"""An events row as read for verification: the columns in table order, JSON left as text."""
+
+
+def verify_rows(
+    rows: Iterable[RecordedRow],
+    expected_prev_hash: str = GENESIS_HASH,
+    first_position: int | None = None,
+) -> ChainBreak | None:
+    """`verify_chain` over raw rows, without building an event object for each one.
+
+    Each row's payload and metadata are the text of their JSON values (as `payload::text`
+    reads them); everything else is as `verify_chain` describes.
+    """
+    expected_position = first_position
+    if expected_position is None and expected_prev_hash == GENESIS_HASH:
+        expected_position = 1
+    prev_hash = expected_prev_hash
+    last_metadata_text: str | None = None
+    metadata_json: JsonValue = None
+    last_recorded_at: datetime | None = None
+    recorded = ""
+    loads, dumps, sort_keys, sha256 = (
+        orjson.loads,
+        orjson.dumps,
+        orjson.OPT_SORT_KEYS,
+        hashlib.sha256,
+    )
+    for row in rows:
+        position, stream_id, category, version, type_, schema_version = row[:6]
+        payload, metadata, recorded_at, row_prev_hash, row_hash = row[6:]
+        if expected_position is not None and position != expected_position:
+            return ChainBreak(
+                expected_position, BreakKind.POSITION, str(expected_position), str(position)
+            )
+        if row_prev_hash != prev_hash:
+            return ChainBreak(position, BreakKind.PREV_HASH, prev_hash, row_prev_hash)
+        if metadata != last_metadata_text:
+            last_metadata_text = metadata
+            metadata_json = loads(metadata)
+        if recorded_at != last_recorded_at:
+            last_recorded_at = recorded_at
+            recorded = format_timestamp(recorded_at)
+        document = dumps(
+            {
+                "position": position,
+                "stream_id": stream_id,
+                "category": category,
+                "version": version,
+                "type": type_,
+                "schema_version": schema_version,
+                "payload": loads(payload),
+                "metadata": metadata_json,
+                "recorded_at": recorded,
+            },
+            option=sort_keys,
+        )
+        digest = sha256(prev_hash.encode("ascii") + document).hexdigest()
+        if row_hash != digest:
+            return ChainBreak(position, BreakKind.HASH, digest, row_hash)
+        prev_hash = digest
+        expected_position = position + 1
     return None

@@ -16,14 +16,11 @@ from contextlib import closing
 from dataclasses import dataclass
 from typing import Any, Final, TypeAlias
 
-import orjson
 import psycopg
 from psycopg import Connection, sql
 from psycopg.rows import TupleRow
-from psycopg.types.json import set_json_loads
 
-from events.canonical import metadata_from_document
-from events.postgres import Pool
+from events.postgres import EVENT_COLUMNS, Pool, event_rows
 from events.store import NOTIFY_CHANNEL, Clock, RecordedEvent, to_utc, utc_now
 from events.upcasting import Upcasters
 
@@ -49,10 +46,6 @@ ON CONFLICT (subscription) DO NOTHING
 # committed, because READ COMMITTED re-reads a locked row once the lock is granted.
 _LOCK_CHECKPOINT = "SELECT position FROM checkpoints WHERE subscription = %s FOR UPDATE"
 _HEAD = "SELECT position FROM events ORDER BY position DESC LIMIT 1"
-_COLUMNS = sql.SQL(
-    "position, stream_id, category, version, type, schema_version,"
-    " payload, metadata, recorded_at, prev_hash, hash"
-)
 _MOVE_CHECKPOINT = "UPDATE checkpoints SET position = %s, updated_at = %s WHERE subscription = %s"
 _READ_CHECKPOINT = "SELECT position FROM checkpoints WHERE subscription = %s"
 
@@ -69,13 +62,6 @@ class BatchOutcome:
     def advanced(self) -> bool:
         """Whether the checkpoint moved, that is, whether the log had anything new."""
         return self.checkpoint_after > self.checkpoint_before
-
-
-def _to_event(row: tuple[Any, ...]) -> RecordedEvent:
-    p, s, c, v, t, sv, payload, metadata, at, prev, digest = row
-    return RecordedEvent(
-        p, s, c, v, t, sv, payload, metadata_from_document(metadata), at, prev, digest
-    )
 
 
 class CatchUpSubscription:
@@ -122,7 +108,7 @@ class CatchUpSubscription:
         if self._types is not None:
             conditions.append(sql.SQL("type = ANY(%(types)s::text[])"))
         return sql.SQL("SELECT {} FROM events WHERE {} ORDER BY position LIMIT %(limit)s").format(
-            _COLUMNS, sql.SQL(" AND ").join(conditions)
+            sql.SQL(EVENT_COLUMNS), sql.SQL(" AND ").join(conditions)
         )
 
     def checkpoint(self) -> int:
@@ -164,9 +150,8 @@ class CatchUpSubscription:
         return BatchOutcome(len(events), before, after)
 
     def _read(self, conn: Connection[TupleRow], after: int) -> list[RecordedEvent]:
-        cursor = conn.cursor()
-        # orjson, as the store reads: a catch-up over a long log is bound by JSON decoding.
-        set_json_loads(orjson.loads, cursor)
+        # The store's own row factory: orjson, and one metadata object per append.
+        cursor = conn.cursor(row_factory=event_rows)
         cursor.execute(
             self._read_events,
             {
@@ -176,7 +161,7 @@ class CatchUpSubscription:
                 "limit": self._batch_size,
             },
         )
-        return self._upcasters.upcast_all([_to_event(row) for row in cursor.fetchall()])
+        return self._upcasters.upcast_all(cursor.fetchall())
 
     def run_until_caught_up(self) -> int:
         """Process batches until the log has nothing after the checkpoint; the events handled."""

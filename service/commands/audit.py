@@ -1,13 +1,14 @@
 """Commands for the audit concern of the `shoebox` CLI."""
 
 import time
+from dataclasses import dataclass
 
 import click
 import psycopg
 
-from events.canonical import ChainBreak, verify_chain
-from events.postgres import Pool, PostgresEventStore, open_pool
-from events.store import GENESIS_HASH, RecordedEvent
+from events.canonical import ChainBreak, verify_rows
+from events.postgres import READ_AHEAD, Pool, PostgresEventStore, open_pool
+from events.store import GENESIS_HASH
 from service.embedded import database_url
 from service.settings import Settings
 
@@ -47,7 +48,11 @@ def audit() -> None:
 def verify(from_position: int, batch_size: int) -> None:
     """Walk the hash chain and name the first broken link; exit 1 if there is one."""
     try:
-        with database_url(Settings.from_env()) as url, open_pool(url, max_size=1) as pool:
+        # The batches read ahead each need a connection, and the head check one more.
+        with (
+            database_url(Settings.from_env()) as url,
+            open_pool(url, max_size=READ_AHEAD + 1) as pool,
+        ):
             store = PostgresEventStore(pool)
             prev_hash = _hash_before(pool, from_position)
             head = store.head()
@@ -88,27 +93,34 @@ def _hash_before(pool: Pool, position: int) -> str:
     return str(row[0])
 
 
+@dataclass(frozen=True, slots=True)
+class _Verified:
+    """The last link that verified."""
+
+    position: int
+    hash: str
+
+
 def _walk(
     store: PostgresEventStore, start: int, prev_hash: str, batch_size: int, head: int
-) -> tuple[tuple[ChainBreak, str] | None, RecordedEvent | None]:
+) -> tuple[tuple[ChainBreak, str] | None, _Verified | None]:
     """The first break (with its stream) and the last event verified."""
-    last: RecordedEvent | None = None
+    last: _Verified | None = None
     after = start - 1
     shown_at = time.monotonic()
-    while True:
-        # As recorded, not upcast: the hash covers the payload as it was written.
-        batch = store.read_all(after, batch_size, upcast=False)
-        if not batch:
-            return None, last
-        link = verify_chain(batch, prev_hash, first_position=after + 1)
+    # Raw rows as recorded (never upcast: the hash covers the payload as it was written),
+    # read a batch ahead and rehashed without building an event object for each.
+    for rows in store.iter_rows(after, batch_size):
+        link = verify_rows(rows, prev_hash, first_position=after + 1)
         if link is not None:
-            found = next((e for e in batch if e.position >= link.position), batch[0])
-            return (link, found.stream_id), last
-        last = batch[-1]
+            found = next((row for row in rows if row[0] >= link.position), rows[0])
+            return (link, found[1]), last
+        last = _Verified(rows[-1][0], rows[-1][10])
         after, prev_hash = last.position, last.hash
         if time.monotonic() - shown_at >= PROGRESS_EVERY_SECONDS:
             shown_at = time.monotonic()
             click.echo(f"... verified up to position {after} of {head}", err=True)
+    return None, last
 
 
 commands: list[click.Command] = [audit]

@@ -9,7 +9,7 @@ from typing import Protocol
 
 import pytest
 
-from events.canonical import CanonicalJsonError, verify_chain
+from events.canonical import CanonicalJsonError, chain_events, verify_chain
 from events.store import (
     GENESIS_HASH,
     AppendResult,
@@ -332,6 +332,31 @@ class EventStoreContract:
         [event] = store.read_all()
         assert event.payload == {**payload, "tuple": [1, 2]}
         assert verify_chain(store.read_all(upcast=False)) is None
+
+    def test_non_ascii_text_hashes_exactly_as_the_reference_chain(
+        self, make_store: StoreFactory
+    ) -> None:
+        # The PostgreSQL store hashes on the server; its bytes must be the UTF-8 of the
+        # reference implementation, whatever the text, keys and metadata hold.
+        metadata = EventMetadata(actor="joueur-é", role="player", request_id="請求-😀")
+        streams = [
+            StreamAppend(
+                "wallet:zoë",
+                0,
+                [
+                    NewEvent("BetPlaced", {"note": "百家乐 — «banque»", "ключ": "\u2028\x7f"}),
+                    NewEvent("BetPlaced", {"😀": ["ß", {"Ω": "\U0010ffff"}], "position": "x"}),
+                ],
+            ),
+            StreamAppend("round:T1:ü", 0, [NewEvent("RoundOpened", {"table": "テーブル"})]),
+        ]
+        store = make_store(clock=StepClock())
+        store.append(streams, metadata)
+        reference = chain_events(streams, metadata, START, 0, GENESIS_HASH)
+        events = store.read_all(upcast=False)
+        assert [e.hash for e in events] == [r.hash for r in reference]
+        assert events == reference
+        assert verify_chain(events) is None
 
     def test_metadata_is_recorded_with_every_event(self, store: EventStore) -> None:
         store.append(one("wallet:alice", 0, bet(1)), DEALER)

@@ -1,16 +1,36 @@
-"""PostgreSQL-only rules of the event store: immutability, tamper evidence, notification."""
+"""PostgreSQL-only rules of the event store: immutability, tamper evidence, notification, reads."""
 
 import dataclasses
+import os
+import secrets
+from collections.abc import Iterator
 
 import psycopg
 import pytest
-from psycopg.conninfo import conninfo_to_dict
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from events.canonical import BreakKind, ChainBreak, hash_event, verify_chain
+from events.canonical import (
+    BreakKind,
+    ChainBreak,
+    chain_events,
+    hash_event,
+    verify_chain,
+    verify_rows,
+)
 from events.migrations import apply_migrations
-from events.postgres import APP_ROLE, Pool, PostgresEventStore, app_conninfo
-from events.store import NOTIFY_CHANNEL, EventMetadata, NewEvent, StreamAppend
-from tests.contract.event_store import StepClock
+from events.postgres import APP_ROLE, Pool, PostgresEventStore, app_conninfo, open_pool
+from events.store import (
+    GENESIS_HASH,
+    NOTIFY_CHANNEL,
+    ConcurrencyConflict,
+    EventMetadata,
+    NewEvent,
+    RecordedEvent,
+    StreamAppend,
+)
+from events.upcasting import Upcasters
+from tests.contract.event_store import START, StepClock
 
 DEALER = EventMetadata(actor="dealer-7", role="dealer")
 SEED = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
@@ -152,3 +172,166 @@ def test_app_conninfo_yields_to_the_override_variable() -> None:
     assert app_conninfo("postgresql://owner@db/shoebox", environ=environ) == (
         "postgresql://app:pw@db/shoebox"
     )
+
+
+def test_only_the_app_role_may_execute_the_append_function(fresh_database: str) -> None:
+    with psycopg.connect(fresh_database) as conn:
+        grantees = conn.execute(
+            "SELECT grantee FROM information_schema.role_routine_grants"
+            " WHERE routine_name = 'append_events' AND privilege_type = 'EXECUTE'"
+            " AND grantee <> routine_schema AND grantee <> current_user ORDER BY 1"
+        ).fetchall()
+        public = conn.execute(
+            "SELECT has_function_privilege('public', 'append_events(text, text, text)', 'EXECUTE')"
+        ).fetchone()
+    assert grantees == [(APP_ROLE,)]
+    assert public == (False,)
+
+
+def test_the_append_function_refuses_documents_that_are_not_pairs(
+    app_pool: Pool, fresh_database: str
+) -> None:
+    with (
+        psycopg.connect(app_conninfo(fresh_database, environ={})) as conn,
+        pytest.raises(psycopg.errors.InvalidParameterValue, match="prefix/suffix pairs"),
+    ):
+        conn.execute("SELECT * FROM append_events(%s, NULL, NULL)", ['{"a":'])
+
+
+def test_a_conflict_names_the_first_stale_stream_with_its_versions(app_pool: Pool) -> None:
+    store = PostgresEventStore(app_pool, StepClock())
+    store.append(
+        [StreamAppend("wallet:alice", 0, [NewEvent("StakeReserved", {"n": 1})] * 3)], DEALER
+    )
+    with pytest.raises(ConcurrencyConflict) as caught:
+        store.append(
+            [
+                StreamAppend("round:T1:000001", 0, [NewEvent("BetPlaced", {"n": 1})]),
+                StreamAppend("wallet:alice", 1, [NewEvent("StakeReserved", {"n": 2})]),
+                StreamAppend("wallet:bob", 7, [NewEvent("StakeReserved", {"n": 3})]),
+            ],
+            DEALER,
+        )
+    assert (caught.value.stream_id, caught.value.expected, caught.value.actual) == (
+        "wallet:alice",
+        1,
+        3,
+    )
+
+
+def test_events_read_back_are_plain_recorded_events(store: PostgresEventStore) -> None:
+    for event in store.read_all(upcast=False):
+        rebuilt = dataclasses.replace(event)
+        assert type(event) is RecordedEvent
+        assert event == rebuilt
+        assert hash(event.position) == hash(rebuilt.position)
+        assert repr(event) == repr(rebuilt)
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            event.position = 9  # type: ignore[misc]
+
+
+@pytest.fixture
+def log_of_twenty(app_pool: Pool) -> PostgresEventStore:
+    store = PostgresEventStore(app_pool, StepClock())
+    for n in range(10):
+        store.append(
+            [
+                StreamAppend(f"wallet:p{n}", 0, [NewEvent("StakeReserved", {"n": n})]),
+                StreamAppend(f"round:T1:{n:06d}", 0, [NewEvent("BetPlaced", {"n": n})]),
+            ],
+            DEALER,
+        )
+    return store
+
+
+def test_iter_all_yields_the_whole_log_in_batches_as_read_all_does(
+    log_of_twenty: PostgresEventStore,
+) -> None:
+    batches = list(log_of_twenty.iter_all(0, 3))
+    assert [len(batch) for batch in batches] == [3] * 6 + [2]
+    assert [e for batch in batches for e in batch] == log_of_twenty.read_all(limit=100)
+    after = [e for batch in log_of_twenty.iter_all(5, 4, to_position=13) for e in batch]
+    assert [e.position for e in after] == list(range(6, 14))
+
+
+def test_iter_all_filters_by_category_and_type(log_of_twenty: PostgresEventStore) -> None:
+    wallets = [e for batch in log_of_twenty.iter_all(0, 4, categories=["wallet"]) for e in batch]
+    assert wallets == log_of_twenty.read_all(categories=["wallet"])
+    assert len(wallets) == 10
+    bets = [e for batch in log_of_twenty.iter_all(0, 7, types=["BetPlaced"]) for e in batch]
+    assert bets == log_of_twenty.read_all(types=["BetPlaced"])
+    assert list(log_of_twenty.iter_all(0, 5, categories=["table"])) == []
+
+
+def test_iter_all_goes_on_to_events_appended_while_it_reads(
+    log_of_twenty: PostgresEventStore,
+) -> None:
+    seen: list[int] = []
+    for batch in log_of_twenty.iter_all(0, 10):
+        seen.extend(e.position for e in batch)
+        if len(seen) == 10:
+            log_of_twenty.append(
+                [StreamAppend("wallet:late", 0, [NewEvent("StakeReserved", {"n": 1})])], DEALER
+            )
+    assert seen == list(range(1, 22))
+
+
+def test_iter_all_upcasts_unless_told_not_to(app_pool: Pool) -> None:
+    upcasters = Upcasters()
+    upcasters.register("BetPlaced", 1, lambda p: {**p, "currency": "GBP"})
+    store = PostgresEventStore(app_pool, StepClock(), upcasters)
+    store.append([StreamAppend("round:T1:1", 0, [NewEvent("BetPlaced", {"stake": 5})])], DEALER)
+    [[upcast]] = list(store.iter_all())
+    [[recorded]] = list(store.iter_all(upcast=False))
+    assert (upcast.schema_version, upcast.payload) == (2, {"stake": 5, "currency": "GBP"})
+    assert (recorded.schema_version, recorded.payload) == (1, {"stake": 5})
+
+
+def test_rows_verify_as_their_events_do_and_catch_the_same_edit(
+    log_of_twenty: PostgresEventStore, fresh_database: str
+) -> None:
+    rows = [row for batch in log_of_twenty.iter_rows(0, 6) for row in batch]
+    assert len(rows) == 20
+    assert verify_rows(rows) is None
+    _tamper(fresh_database, """UPDATE events SET payload = '{"n": 99}' WHERE position = 7""")
+    rows = [row for batch in log_of_twenty.iter_rows(0, 6) for row in batch]
+    events = log_of_twenty.read_all(upcast=False)
+    assert verify_rows(rows) == verify_chain(events)
+    assert verify_rows(rows) == ChainBreak(7, BreakKind.HASH, hash_event(events[6]), events[6].hash)
+
+
+@pytest.fixture
+def latin1_database(postgres_server_url: str) -> Iterator[str]:
+    """A migrated database whose server encoding is LATIN1, not UTF-8."""
+    name = f"shoebox_latin1_{os.getpid()}_{secrets.token_hex(4)}"
+    with psycopg.connect(postgres_server_url, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL(
+                "CREATE DATABASE {} ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C'"
+                " TEMPLATE template0"
+            ).format(sql.Identifier(name))
+        )
+    params = conninfo_to_dict(postgres_server_url)
+    params["dbname"] = name
+    url = make_conninfo(**params)  # type: ignore[arg-type]
+    try:
+        apply_migrations(url)
+        yield url
+    finally:
+        with psycopg.connect(postgres_server_url, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+
+def test_a_latin1_database_hashes_the_utf8_bytes_as_the_reference_does(
+    latin1_database: str,
+) -> None:
+    metadata = EventMetadata(actor="zoë", role="player")
+    streams = [StreamAppend("wallet:zoë", 0, [NewEvent("StakeReserved", {"note": "café £5"})])]
+    with open_pool(app_conninfo(latin1_database, environ={}), max_size=2) as pool:
+        store = PostgresEventStore(pool, StepClock())
+        store.append(streams, metadata)
+        events = store.read_all(upcast=False)
+    assert events == chain_events(streams, metadata, START, 0, GENESIS_HASH)
+    assert verify_chain(events) is None

@@ -7,13 +7,14 @@ from collections import Counter
 import psycopg
 import pytest
 
-from events.canonical import chain_events, metadata_document, verify_chain
-from events.postgres import Pool, PostgresEventStore, app_conninfo
+from events.canonical import verify_chain
+from events.postgres import Pool, PostgresEventStore, app_conninfo, append_documents
 from events.store import (
+    AppendResult,
     ConcurrencyConflict,
     EventMetadata,
+    Idempotency,
     NewEvent,
-    RecordedEvent,
     StreamAppend,
     utc_now,
 )
@@ -79,33 +80,15 @@ def test_concurrent_appends_to_many_streams_leave_a_gapless_valid_chain(app_pool
     assert verify_chain(events) is None
 
 
-def _append_by_hand_and_hold(conn: psycopg.Connection[tuple[object, ...]]) -> RecordedEvent:
-    """Run the append protocol with raw SQL up to, but not including, the commit."""
-    head = conn.execute("SELECT head_position, head_hash FROM lock_events_for_append()").fetchone()
-    assert head is not None
-    head_position, head_hash = head
-    assert isinstance(head_position, int)
-    assert isinstance(head_hash, str)
-    [event] = chain_events(
-        [StreamAppend("wallet:slow", 0, [stake(1)])], DEALER, utc_now(), head_position, head_hash
-    )
-    conn.execute(
-        "INSERT INTO events VALUES (%s, %s, %s, %s, %s, %s, %s::jsonb, %s::jsonb, %s, %s, %s)",
-        [
-            event.position,
-            event.stream_id,
-            event.category,
-            event.version,
-            event.type,
-            event.schema_version,
-            '{"amount": 1}',
-            psycopg.types.json.Jsonb(metadata_document(DEALER)),
-            event.recorded_at,
-            event.prev_hash,
-            event.hash,
-        ],
-    )
-    return event
+def _append_by_hand_and_hold(conn: psycopg.Connection[tuple[object, ...]]) -> int:
+    """Call the store's append function inside a transaction that is left open; its position."""
+    documents = append_documents([StreamAppend("wallet:slow", 0, [stake(1)])], DEALER, utc_now())
+    row = conn.execute(
+        "SELECT first_position FROM append_events(%s, NULL, NULL)", [documents]
+    ).fetchone()
+    assert row is not None
+    assert isinstance(row[0], int)
+    return row[0]
 
 
 def test_a_late_commit_holds_back_later_appends_so_no_reader_skips(
@@ -117,6 +100,7 @@ def test_a_late_commit_holds_back_later_appends_so_no_reader_skips(
 
     with psycopg.connect(app_conninfo(fresh_database, environ={})) as slow:
         held = _append_by_hand_and_hold(slow)
+        assert held == checkpoint + 1
         fast = threading.Thread(
             target=store.append, args=([StreamAppend("wallet:fast", 0, [stake(2)])], DEALER)
         )
@@ -132,7 +116,6 @@ def test_a_late_commit_holds_back_later_appends_so_no_reader_skips(
 
     seen = store.read_all(from_position=checkpoint)
     assert [(e.position, e.stream_id) for e in seen] == [(2, "wallet:slow"), (3, "wallet:fast")]
-    assert seen[0].hash == held.hash
     assert verify_chain(store.read_all(upcast=False)) is None
 
 
@@ -174,3 +157,29 @@ def test_a_polling_reader_never_sees_a_gap_after_its_checkpoint(
     reader.join()
     assert gaps == []
     assert seen == list(range(1, writers * 40 * 2 + 1))
+
+
+def test_racing_appends_with_one_idempotency_key_append_once_and_replay_the_rest(
+    app_pool: Pool,
+) -> None:
+    store = PostgresEventStore(app_pool)
+    start = threading.Barrier(8)
+    results: list[AppendResult] = []
+
+    def bet() -> None:
+        start.wait()
+        results.append(
+            store.append(
+                [StreamAppend("wallet:alice", 0, [stake(5)])], DEALER, Idempotency("bet-1", "fp")
+            )
+        )
+
+    threads = [threading.Thread(target=bet) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(results) == 8
+    assert all(r == AppendResult(1, 1, {"wallet:alice": 1}) for r in results)
+    assert sorted(r.replayed for r in results) == [False] + [True] * 7
+    assert store.head() == 1

@@ -12,7 +12,7 @@ from psycopg.rows import TupleRow
 from psycopg.types.json import Jsonb
 
 from events.canonical import chain_events, metadata_document
-from events.postgres import APP_ROLE, Pool, PostgresEventStore, app_conninfo
+from events.postgres import APP_ROLE, Pool, PostgresEventStore, app_conninfo, append_documents
 from events.store import EventMetadata, NewEvent, RecordedEvent, StreamAppend, utc_now
 from events.subscription import BatchHandler, CatchUpSubscription
 
@@ -119,8 +119,18 @@ def append_silently(admin_url: str, stream_id: str) -> None:
         hold_append(conn, stream_id)
 
 
+def hold_store_append(conn: Connection[TupleRow], stream_id: str) -> int:
+    """Call the store's append function in `conn`'s open transaction; the position it took."""
+    documents = append_documents([StreamAppend(stream_id, 0, [stake(1)])], DEALER, utc_now())
+    row = conn.execute(
+        "SELECT first_position FROM append_events(%s, NULL, NULL)", [documents]
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
 def hold_append(conn: Connection[TupleRow], stream_id: str) -> RecordedEvent:
-    """Run the append protocol in `conn` up to, but not including, the commit."""
+    """Append by hand in `conn` up to, but not including, the commit, and send no NOTIFY."""
     head = conn.execute("SELECT head_position, head_hash FROM lock_events_for_append()").fetchone()
     assert head is not None
     [event] = chain_events([StreamAppend(stream_id, 0, [stake(1)])], DEALER, utc_now(), *head)
@@ -237,7 +247,7 @@ def test_a_filtered_checkpoint_never_passes_an_append_still_in_flight(
     store.append([StreamAppend("round:T1:000001", 0, [card()])], DEALER)
     subscription = CatchUpSubscription(app_pool, "wallets", remember, categories={"wallet"})
     with psycopg.connect(app_conninfo(fresh_database, environ={})) as slow:
-        held = hold_append(slow, "wallet:slow")
+        held = hold_store_append(slow, "wallet:slow")
         late = threading.Thread(
             target=store.append, args=([StreamAppend("wallet:late", 0, [stake(2)])], DEALER)
         )
@@ -250,7 +260,7 @@ def test_a_filtered_checkpoint_never_passes_an_append_still_in_flight(
     late.join(timeout=10)
     assert not late.is_alive()
     subscription.run_until_caught_up()
-    assert seen == [held.position, 3] == [2, 3]
+    assert seen == [held, 3] == [2, 3]
 
 
 def test_a_running_subscription_wakes_on_notify_long_before_its_poll_interval(
