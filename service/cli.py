@@ -2,7 +2,18 @@
 
 import click
 
-from service.commands import audit, game, keys, odds, run, serve, store, worker
+from service.commands import (
+    audit,
+    game,
+    keys,
+    odds,
+    projections,
+    regulator,
+    run,
+    serve,
+    store,
+    worker,
+)
 
 
 @click.group()
@@ -10,6 +21,6 @@ def main() -> None:
     """Shoebox: a provably fair Punto Banco server with a tamper-evident audit log."""
 
 
-for _module in (game, odds, store, audit, keys, serve, worker, run):
+for _module in (game, odds, store, audit, keys, serve, worker, run, projections, regulator):
     for _command in _module.commands:
         main.add_command(_command)
