@@ -33,8 +33,10 @@ test: lint typecheck pytest
 run: $(STAMP)
 	$(BIN)/shoebox run
 
+# Benchmarks print medians beside a baseline measured in the same run; see docs/benchmarks.md.
 bench: $(STAMP)
 	$(BIN)/python bench/domain.py
+	$(BIN)/python bench/event_store.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
