@@ -237,7 +237,8 @@ def http_problem(error: HTTPException) -> Problem:
     field_errors = flatten_messages(messages) if isinstance(messages, Mapping) else []
     if status == 422 and field_errors and not message:
         detail = "; ".join(f"{e.field}: {e.message}" for e in field_errors)
-    return Problem(status, slug, detail, title=error.name, errors=field_errors, headers=headers)
+    # One title per problem type (RFC 9457 §3.1.3), not the HTTP reason phrase.
+    return Problem(status, slug, detail, errors=field_errors, headers=headers)
 
 
 def flatten_messages(messages: Mapping[str, object]) -> list[FieldError]:

@@ -19,6 +19,7 @@ import flask
 import marshmallow as ma
 from webargs.flaskparser import FlaskParser
 
+from domain.limits import TableLimits
 from domain.outcome import Spot
 from domain.round import (
     BetPlaced,
@@ -32,6 +33,7 @@ from domain.round import (
     RoundOpened,
     StakeReturned,
 )
+from domain.shoe import DEFAULT_DECKS
 from domain.table import (
     MAX_DECKS,
     MAX_SEATS,
@@ -467,15 +469,19 @@ class NewTableSchema(ma.Schema):
     """A new table's settings."""
 
     table_id = id_field("The new table's id.")
+    # The defaults are the seed rules' table: 7 seats, 8 decks, £1 minimum, £2,500 maximum.
     seats = ma.fields.Integer(
-        strict=True, required=True, validate=ma.validate.Range(min=1, max=MAX_SEATS)
+        strict=True, load_default=MAX_SEATS, validate=ma.validate.Range(min=1, max=MAX_SEATS)
     )
     decks = ma.fields.Integer(
-        strict=True, required=True, validate=ma.validate.Range(min=1, max=MAX_DECKS)
+        strict=True, load_default=DEFAULT_DECKS, validate=ma.validate.Range(min=1, max=MAX_DECKS)
     )
-    minimum_pence = pence_field("The smallest bet, whole pounds.", required=True)
+    minimum_pence = pence_field(
+        "The smallest bet, whole pounds.", load_default=TableLimits().minimum
+    )
     maximum_pence = pence_field(
-        "The most a player may stake in one round, whole pounds.", required=True
+        "The most a player may stake in one round, whole pounds.",
+        load_default=TableLimits().maximum,
     )
     chips_pence = ma.fields.List(
         ma.fields.Integer(strict=True, validate=ma.validate.Range(min=1, max=MAX_PENCE)),

@@ -30,6 +30,17 @@ def test_ops_create_a_table_that_anyone_can_list_and_read() -> None:
     assert api.ok("GET", "/v1/tables/T2")["chips_pence"] == [500, 1_000]
 
 
+def test_a_table_created_with_only_an_id_takes_the_seed_rules_defaults() -> None:
+    api = Api()
+    created = api.ok("POST", "/v1/tables", {"table_id": "T9"}, role=Role.OPS, status=201)
+    assert created["seats"] == 7
+    assert created["decks"] == 8
+    assert created["minimum_pence"] == 100
+    assert created["maximum_pence"] == 250_000
+    assert created["betting_window_ms"] == 15_000
+    assert created["currency"] == "GBP"
+
+
 def test_an_idle_table_shows_its_seats_and_no_round_or_shoe() -> None:
     api = Api()
     api.create_table("T1", seats=3)
