@@ -9,6 +9,7 @@ a `ConcurrencyConflict` prepares afresh from the newer state, up to a bounded nu
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from events.store import (
@@ -24,6 +25,23 @@ from service.errors import Conflict
 from service.streams import DomainEvent, from_recorded
 
 DEFAULT_ATTEMPTS = 8
+
+# The idempotency key that the caller (the HTTP layer) has already looked up in this context.
+# Compared by identity: each request builds its own Idempotency, so a value left over from an
+# earlier request on the same thread can never match a later one.
+_LOOKED_UP: ContextVar[Idempotency | None] = ContextVar(
+    "shoebox_idempotency_looked_up", default=None
+)
+
+
+def note_looked_up(idempotency: Idempotency) -> None:
+    """Tell run_command that this key was found unused just now, so it need not look again.
+
+    Only for a caller that also settles the race this leaves open: a twin request appending
+    the same key in between makes this one's append replay (the store answers it), or this
+    one's command refused, which the caller must then answer with the twin's response.
+    """
+    _LOOKED_UP.set(idempotency)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +73,7 @@ def run_command(
 ) -> Receipt:
     """Prepare and append a command, retrying on conflicts; a repeated key replays the first."""
     idempotency = actor.idempotency
-    if idempotency is not None:
+    if idempotency is not None and _LOOKED_UP.get() is not idempotency:
         # Checked before deciding: the command may no longer be allowed (Deal pressed twice),
         # yet its retry must get the first answer, not a refusal.
         earlier = replay(store, idempotency)

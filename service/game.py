@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 from domain.cards import Card
+from domain.errors import BetAbovePlayerLimit
 from domain.outcome import Spot
 from domain.round import (
     BetPlaced,
@@ -227,6 +228,8 @@ class _Plan:
         self.wallets: dict[str, tuple[int, Wallet, list[WalletEvent]]] = {}
         self.guards: dict[str, int] = {}
         self.new_shoe: _NewShoe | None = None
+        self.trust_cached_limits = False
+        self.used_cached_limit = False
 
     def run(self, command: Command, now: datetime) -> list[TableEvent]:
         """Decide a table command on the scratch table and follow its money into wallets."""
@@ -369,14 +372,15 @@ class GameService:
         """What a front end shows of a table now; a lapsed window is closed and dealt first."""
         return _live_state(*self.catch_up(table_id))
 
-    def catch_up(self, table_id: str) -> tuple[int, Table]:
+    def catch_up(self, table_id: str, actor: Actor = SYSTEM) -> tuple[int, Table]:
         """Enforce a lapsed betting window (exclude, then deal); the table as it then stands.
 
-        Every request to a table calls this, so a dead worker cannot stall a table.
+        Every request to a table calls this, so a dead worker cannot stall a table. `actor` is
+        recorded on the catch-up's append: the table itself, unless recovery drives it.
         """
         version, table = self._load(table_id)
         if self._overdue(table, self._clock()):
-            self._catch_up(table_id)
+            self._catch_up(table_id, actor)
             version, table = self._load(table_id)
         return version, table
 
@@ -479,8 +483,9 @@ class GameService:
         self, table_id: str, actor: Actor, act: Callable[[_Plan, datetime], object]
     ) -> Receipt:
         new_shoe: list[_NewShoe | None] = [None]
+        attempted = [False]
 
-        def prepare() -> Prepared:
+        def plan_command(trust_cached_limits: bool) -> _Plan:
             now = self._clock()
             version, table = self._load(table_id)
             if self._overdue(table, now):
@@ -489,15 +494,30 @@ class GameService:
                 self._catch_up(table_id)
                 version, table = self._load(table_id)
             plan = _Plan(table_id, version, table, self._wallet)
+            plan.trust_cached_limits = trust_cached_limits
             plan.new_shoe = new_shoe[0]
-            act(plan, now)
+            try:
+                act(plan, now)
+            except BetAbovePlayerLimit:
+                if not plan.used_cached_limit:
+                    raise
+                # The cached limit may be one the player has since raised or removed: a
+                # refusal is only ever decided on a limit read from the log.
+                return plan_command(trust_cached_limits=False)
             self._advance(plan, now)
             new_shoe[0] = plan.new_shoe
+            return plan
+
+        def prepare() -> Prepared:
+            # Only the first attempt trusts cached limits: a retry follows a conflict, and the
+            # conflict may have been a cached limit's guard.
+            plan = plan_command(trust_cached_limits=not attempted[0])
+            attempted[0] = True
             return self._prepared(plan)
 
         return run_command(self._store, actor, prepare, self._attempts)
 
-    def _catch_up(self, table_id: str) -> Receipt | None:
+    def _catch_up(self, table_id: str, actor: Actor = SYSTEM) -> Receipt | None:
         """Close a lapsed window and deal, as the table's own append; None if nothing was due."""
         new_shoe: list[_NewShoe | None] = [None]
 
@@ -521,7 +541,7 @@ class GameService:
             return self._prepared(plan)
 
         try:
-            return run_command(self._store, SYSTEM, prepare, self._attempts)
+            return run_command(self._store, actor, prepare, self._attempts)
         except _NothingDue:
             return None  # another request caught the table up first
 
@@ -626,8 +646,17 @@ class GameService:
         return self._wallets.wallet(self._store, player_id)
 
     def _player_limit(self, plan: _Plan, player_id: str) -> int | None:
-        version, limit = self._limits.limit(self._store, player_id)
-        plan.guard(player_stream(player_id), version)
+        stream = player_stream(player_id)
+        # A limit changes at most once a week, so the cached one is nearly always current and
+        # saves a read on every bet. Trusting it is safe: the guard below names its version,
+        # so the append is refused if the limit has changed since, and the retry reads it.
+        cached = self._limits.cached(stream) if plan.trust_cached_limits else None
+        if cached is not None:
+            version, limit = cached
+            plan.used_cached_limit = True
+        else:
+            version, limit = self._limits.limit(self._store, player_id)
+        plan.guard(stream, version)
         return limit.limit
 
     def _prepared(self, plan: _Plan) -> Prepared:

@@ -30,6 +30,7 @@ from flask import Response, g, request
 from events.store import EventStore, Idempotency, IdempotencyRecord, JsonValue
 from events.store import UnknownIdempotencyKey as _UnknownKey
 from service.api import container
+from service.appends import note_looked_up
 from service.keys import ApiKey
 from service.problems import Problem, idempotency_key_reused
 
@@ -92,6 +93,9 @@ def begin_request() -> Response | None:
         g.idempotency_replayed = True
         return _answer_known(store, idempotency, record)
     g.idempotency = idempotency
+    # finish_request answers a refusal with a racing twin's response, so the service's own
+    # lookup of this key before deciding would only repeat the one just made.
+    note_looked_up(idempotency)
     return None
 
 

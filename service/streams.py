@@ -196,6 +196,18 @@ class StreamCache(Generic[S]):
         self.put(stream_id, version, state)
         return version, state
 
+    def cached(self, stream_id: str) -> tuple[int, S] | None:
+        """The stream's cached version and state without asking the store; None if not cached.
+
+        Only for a caller whose append names that version, so that a stale entry is refused
+        by the store rather than trusted.
+        """
+        with self._lock:
+            entry = self._entries.get(stream_id)
+            if entry is not None:
+                self._entries.move_to_end(stream_id)
+            return entry
+
     def put(self, stream_id: str, version: int, state: S) -> None:
         """Remember a stream's state at a version, unless a newer one is already cached."""
         with self._lock:

@@ -1,0 +1,559 @@
+"""Measure the API under a real `shoebox serve`: rounds and bets a second beside GET /v1/ping.
+
+Run as `.venv/bin/python bench/api.py [--tables N ...] [--seconds S] [--workers W]` against the
+server in DATABASE_URL (default postgresql://postgres@127.0.0.1:5432/postgres); it creates a
+database of its own, starts `shoebox serve` on it, and drops both at the end.
+
+For each number of tables N, N client threads each play their own table: a round is five bets
+from three seated players, then Deal for each seat (the last Deal deals and settles, and opens
+the next round). The baseline is the same client, N threads, calling GET /v1/ping on the same
+server. Both contenders send through http.client, one connection a thread, kept alive when the
+server allows it (gunicorn's sync workers close after each response; gthread keeps them).
+Every figure is the median of R repeats, the contenders taking turns within each repeat.
+
+`--profile B` adds where a bet's time goes: B bets through the same app built in this process,
+under cProfile, grouped into the stages of a request.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import http.client
+import os
+import pstats
+import secrets
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+# Run as a script, Python puts bench/ first on the path, where bench/domain.py would shadow
+# the `domain` package; the project root goes before it even when PYTHONPATH already has it.
+_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(_ROOT))
+
+import orjson  # noqa: E402
+
+from bench.common import Figure, render_table, rotations, server_url, throwaway_database  # noqa: E402
+from events.migrations import apply_migrations  # noqa: E402
+from events.postgres import PostgresEventStore, open_pool  # noqa: E402
+from events.store import EventMetadata  # noqa: E402
+from service.commands.serve import DEFAULT_WORKERS  # noqa: E402
+from service.keys import Role, create_key  # noqa: E402
+
+SHOEBOX: Final = _ROOT / ".venv" / "bin" / "shoebox"
+START_TIMEOUT_SECONDS: Final = 30.0
+BET: Final = "bet"
+PING: Final = "ping"
+GOAL: Final = 0.35
+SEATS: Final = 3
+# Five bets a round from three players, mixed spots, whole pounds as the table's chips are.
+ROUND_BETS: Final = (
+    (0, "player", 500),
+    (0, "tie", 100),
+    (1, "banker", 1_000),
+    (2, "player", 200),
+    (2, "banker", 200),
+)
+DEPOSIT: Final = 100_000_000
+# Longer than any measurement, so no window closes under a round still being played.
+WINDOW_SECONDS: Final = 300
+OPERATOR: Final = EventMetadata(actor="bench", role="cli")
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A response's status and decoded JSON body."""
+
+    status: int
+    body: Any
+
+
+class Client:
+    """One HTTP/1.1 connection and one API key: the client of one benchmark thread."""
+
+    def __init__(self, port: int, secret: str, idempotency: bool) -> None:
+        self._connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        self._authorization = f"Bearer {secret}"
+        self._idempotency = idempotency
+
+    def call(self, method: str, path: str, body: object = None) -> Answer:
+        """Send one request and read its answer; http.client reconnects after a close."""
+        headers = {"Authorization": self._authorization}
+        payload = None
+        if body is not None:
+            payload = orjson.dumps(body)
+            headers["Content-Type"] = "application/json"
+            if self._idempotency:
+                # What a careful front end sends, so that its retries are safe.
+                headers["Idempotency-Key"] = secrets.token_hex(12)
+        self._connection.request(method, f"/v1{path}", payload, headers)
+        response = self._connection.getresponse()
+        data = response.read()
+        return Answer(response.status, orjson.loads(data) if data else None)
+
+    def ok(self, method: str, path: str, body: object = None) -> Any:
+        """The body of a 2xx answer; anything else stops the benchmark."""
+        answer = self.call(method, path, body)
+        if not 200 <= answer.status < 300:
+            raise RuntimeError(f"{method} {path} answered {answer.status}: {answer.body}")
+        return answer.body
+
+    def close(self) -> None:
+        """Close the connection."""
+        self._connection.close()
+
+
+@dataclass(slots=True)
+class Sample:
+    """What one client thread did in one measurement."""
+
+    requests: int = 0
+    rounds: int = 0
+    # Seconds spent waiting on each bet, and on all requests.
+    bet_latencies: list[float] = field(default_factory=list)
+    busy: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    """The API keys the benchmark plays with."""
+
+    ops: str
+    frontend: str
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def issue_keys(database_url: str) -> Keys:
+    """An ops key for the setting up and a frontend key for the play."""
+    with open_pool(database_url, max_size=1) as pool:
+        store = PostgresEventStore(pool)
+        ops = create_key(store, "bench-ops", Role.OPS, OPERATOR).secret
+        frontend = create_key(store, "bench-frontend", Role.FRONTEND, OPERATOR).secret
+    return Keys(ops, frontend)
+
+
+@contextmanager
+def serving(database_url: str, workers: int, threads: int) -> Iterator[int]:
+    """`shoebox serve` on a free port of this machine, stopped on the way out; yields the port."""
+    port = free_port()
+    environment = {**os.environ, "DATABASE_URL": database_url}
+    # No REDIS_URL: window jobs left in a shared Redis would fire at a dropped database, and
+    # no window closes during a measurement anyway. Windows close lazily, as without a worker.
+    for name in ("REDIS_URL", "SHOEBOX_APP_DATABASE_URL"):
+        environment.pop(name, None)
+    command = [str(SHOEBOX), "serve", "--bind", f"127.0.0.1:{port}"]
+    command += ["--workers", str(workers), "--threads", str(threads)]
+    process = subprocess.Popen(
+        command, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_SECONDS
+        while True:
+            if process.poll() is not None:
+                errors = process.stderr.read().decode() if process.stderr else ""
+                raise RuntimeError(f"shoebox serve exited: {errors}")
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("shoebox serve did not start listening") from None
+                time.sleep(0.1)
+        yield port
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=20)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+            if process.stderr is not None:
+                process.stderr.close()
+
+
+def await_workers(port: int, keys: Keys, workers: int) -> None:
+    """Ping until every worker has built its app, so no measurement pays for a cold start."""
+    client = Client(port, keys.frontend, idempotency=False)
+    try:
+        for _ in range(workers * 20):
+            client.ok("GET", "/ping")
+    finally:
+        client.close()
+
+
+def player_ids(table_id: str) -> list[str]:
+    """The players seated at a benchmark table."""
+    return [f"{table_id}-p{seat}" for seat in range(1, SEATS + 1)]
+
+
+def set_up_tables(port: int, keys: Keys, count: int, run: str) -> list[str]:
+    """`count` tables of three funded, seated players each."""
+    ops = Client(port, keys.ops, idempotency=False)
+    front = Client(port, keys.frontend, idempotency=False)
+    table_ids = [f"{run}-t{n}" for n in range(count)]
+    try:
+        for table_id in table_ids:
+            ops.ok(
+                "POST",
+                "/tables",
+                {"table_id": table_id, "seats": SEATS, "betting_window_seconds": WINDOW_SECONDS},
+            )
+            for seat, player_id in enumerate(player_ids(table_id), start=1):
+                ops.ok(
+                    "POST",
+                    f"/wallets/{player_id}/deposits",
+                    {"amount_pence": DEPOSIT, "reason": "bench float"},
+                )
+                front.ok(
+                    "POST", f"/tables/{table_id}/seats", {"player_id": player_id, "seat": seat}
+                )
+    finally:
+        ops.close()
+        front.close()
+    return table_ids
+
+
+def play(client: Client, table_id: str, seconds: float) -> Sample:
+    """Play whole rounds at one table until `seconds` have passed; a round is never cut short."""
+    sample = Sample()
+    players = player_ids(table_id)
+    bets_path, deal_path = f"/tables/{table_id}/bets", f"/tables/{table_id}/deal"
+    stop_at = time.perf_counter() + seconds
+    while time.perf_counter() < stop_at:
+        for seat, spot, stake in ROUND_BETS:
+            body = {"player_id": players[seat], "spot": spot, "stake_pence": stake}
+            started = time.perf_counter()
+            client.ok("POST", bets_path, body)
+            took = time.perf_counter() - started
+            sample.bet_latencies.append(took)
+            sample.busy += took
+        for player_id in players:
+            started = time.perf_counter()
+            client.ok("POST", deal_path, {"player_id": player_id})
+            sample.busy += time.perf_counter() - started
+        sample.requests += len(ROUND_BETS) + len(players)
+        sample.rounds += 1
+    return sample
+
+
+def ping(client: Client, seconds: float) -> Sample:
+    """GET /v1/ping until `seconds` have passed."""
+    sample = Sample()
+    stop_at = time.perf_counter() + seconds
+    while time.perf_counter() < stop_at:
+        started = time.perf_counter()
+        client.ok("GET", "/ping")
+        took = time.perf_counter() - started
+        sample.busy += took
+        sample.requests += 1
+    return sample
+
+
+def run_clients(
+    port: int, secret: str, idempotency: bool, work: Sequence[Callable[[Client], Sample]]
+) -> tuple[list[Sample], float]:
+    """Each callable in its own thread with its own client, released together; and the wall time."""
+    clients = [Client(port, secret, idempotency) for _ in work]
+    samples: list[Sample | None] = [None] * len(work)
+    errors: list[BaseException] = []
+    start_line = threading.Barrier(len(work) + 1)
+
+    def thread_body(number: int) -> None:
+        start_line.wait()
+        try:
+            samples[number] = work[number](clients[number])
+        except BaseException as error:  # re-raised in the caller's thread below
+            errors.append(error)
+
+    threads = [threading.Thread(target=thread_body, args=(n,)) for n in range(len(work))]
+    for thread in threads:
+        thread.start()
+    start_line.wait()
+    started = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - started
+    for client in clients:
+        client.close()
+    if errors:
+        raise errors[0]
+    return [sample for sample in samples if sample is not None], elapsed
+
+
+def percentile(values: Sequence[float], fraction: float) -> float:
+    """The value below which `fraction` of `values` lie (nearest rank)."""
+    ordered = sorted(values)
+    rank = max(0, min(len(ordered) - 1, round(fraction * len(ordered)) - 1))
+    return ordered[rank]
+
+
+@dataclass(slots=True)
+class Scenario:
+    """One number of tables: every repeat's rates and latencies, for both contenders."""
+
+    tables: int
+    rates: Figure
+    rounds: list[float] = field(default_factory=list)
+    bet_p50: list[float] = field(default_factory=list)
+    bet_p99: list[float] = field(default_factory=list)
+    ping_p50: list[float] = field(default_factory=list)
+
+
+def measure(
+    port: int, keys: Keys, table_ids: Sequence[str], seconds: float, idempotency: bool
+) -> tuple[Sample, float, list[Sample]]:
+    """One play measurement over these tables: the merged sample, wall time, and per thread."""
+    work = [lambda client, t=table_id: play(client, t, seconds) for table_id in table_ids]
+    samples, elapsed = run_clients(port, keys.frontend, idempotency, work)
+    merged = Sample()
+    for sample in samples:
+        merged.requests += sample.requests
+        merged.rounds += sample.rounds
+        merged.bet_latencies.extend(sample.bet_latencies)
+        merged.busy += sample.busy
+    return merged, elapsed, samples
+
+
+def run_scenario(
+    scenario: Scenario,
+    port: int,
+    keys: Keys,
+    table_ids: Sequence[str],
+    repeats: int,
+    seconds: float,
+    idempotency: bool,
+) -> None:
+    """Interleaved repeats of play and ping at `scenario.tables` concurrent clients."""
+    for order in rotations(repeats, (BET, PING)):
+        for contender in order:
+            if contender == BET:
+                merged, elapsed, samples = measure(port, keys, table_ids, seconds, idempotency)
+                scenario.rounds.append(merged.rounds / elapsed)
+                # Each closed-loop client bets at 1 / (its mean bet latency); their sum is the
+                # rate the server takes bets at while rounds are also being dealt around them.
+                bet_rate = sum(len(s.bet_latencies) / sum(s.bet_latencies) for s in samples)
+                scenario.rates.add(BET, round(bet_rate * 1000), 1000.0)
+                scenario.bet_p50.append(percentile(merged.bet_latencies, 0.50))
+                scenario.bet_p99.append(percentile(merged.bet_latencies, 0.99))
+            else:
+                work = [lambda client: ping(client, seconds) for _ in table_ids]
+                pings, elapsed = run_clients(port, keys.frontend, False, work)
+                scenario.rates.add(PING, sum(s.requests for s in pings), elapsed)
+                scenario.ping_p50.append(statistics.median(s.busy / s.requests for s in pings))
+            print(f"  {scenario.tables} table(s), {contender}: done", file=sys.stderr)
+
+
+def milliseconds(values: Sequence[float]) -> str:
+    """The median of latencies in seconds, in milliseconds."""
+    return f"{statistics.median(values) * 1000:.1f}"
+
+
+def render_rounds(scenarios: Sequence[Scenario]) -> str:
+    """A Markdown table of rounds a second and bet latencies, one row per number of tables."""
+    headers = [
+        "tables",
+        "rounds/s",
+        "bets/s",
+        "bet p50 ms",
+        "bet p99 ms",
+        "ping/s",
+        "bet/ping",
+        "goal",
+    ]
+    rows = []
+    for scenario in scenarios:
+        bets = scenario.rates.median(BET) or 0.0
+        pings = scenario.rates.median(PING) or 0.0
+        ratio = bets / pings if pings else 0.0
+        rows.append(
+            [
+                str(scenario.tables),
+                f"{statistics.median(scenario.rounds):,.1f}",
+                f"{bets:,.0f}",
+                milliseconds(scenario.bet_p50),
+                milliseconds(scenario.bet_p99),
+                f"{pings:,.0f}",
+                f"{ratio:.2f}",
+                "met" if ratio >= GOAL else "missed",
+            ]
+        )
+    widths = [max(len(line[i]) for line in [headers, *rows]) for i in range(len(headers))]
+
+    def line(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(c.rjust(w) for c, w in zip(cells, widths, strict=True)) + " |"
+
+    rule = "|" + "|".join("-" * (w + 1) + ":" for w in widths) + "|"
+    return "\n".join([line(headers), rule, *(line(row) for row in rows)])
+
+
+# Where a bet's time goes: the functions that mark each stage of a request, by
+# (file suffix, function name). Cumulative times overlap (the view contains the service),
+# so each stage is listed as what it contains, not as a share of a whole.
+STAGES: Final = (
+    ("whole request (Flask WSGI app)", "flask/app.py", "wsgi_app"),
+    ("authentication (key ring)", "service/auth.py", "authenticate_request"),
+    ("idempotency before the view", "service/idempotency.py", "begin_request"),
+    ("idempotency after the view", "service/idempotency.py", "finish_request"),
+    ("request parsing (webargs/marshmallow)", "webargs/core.py", "parse"),
+    ("the command (GameService.place_bet)", "service/game.py", "place_bet"),
+    ("  loads: read_stream (table, wallet, limit)", "events/postgres.py", "read_stream"),
+    ("  idempotency lookups (idempotency_record)", "events/postgres.py", "idempotency_record"),
+    ("  decide + evolve (domain/table.py decide)", "domain/table.py", "decide"),
+    ("  append and commit (PostgresEventStore.append)", "events/postgres.py", "append"),
+    ("response (marshmallow dump)", "marshmallow/schema.py", "dump"),
+    ("storing the response (record_response)", "events/postgres.py", "record_response"),
+    ("PostgreSQL round trips (psycopg Connection.wait)", "psycopg/connection.py", "wait"),
+    ("transactions committed by the client (psycopg commit)", "psycopg/connection.py", "commit"),
+)
+
+
+def profile_bets(database_url: str, keys: Keys, table_id: str, bets: int) -> str:
+    """cProfile of `bets` bets through the app built in this process, as a Markdown table."""
+    # Imported here: the measurement itself never loads the app into the client's process.
+    from service.app import create_app
+    from service.settings import Settings
+
+    app = create_app(Settings(database_url=database_url), pool_size=2)
+    client = app.test_client()
+    players = player_ids(table_id)
+    headers = {"Authorization": f"Bearer {keys.frontend}"}
+
+    def one_round(profiler: cProfile.Profile | None) -> int:
+        placed = 0
+        for seat, spot, stake in ROUND_BETS:
+            body = {"player_id": players[seat], "spot": spot, "stake_pence": stake}
+            keyed = {**headers, "Idempotency-Key": secrets.token_hex(12)}
+            if profiler is not None:
+                profiler.enable()
+            answer = client.post(f"/v1/tables/{table_id}/bets", json=body, headers=keyed)
+            if profiler is not None:
+                profiler.disable()
+            if answer.status_code != 201:
+                raise RuntimeError(f"bet answered {answer.status_code}: {answer.get_json()}")
+            placed += 1
+        for player_id in players:
+            answer = client.post(
+                f"/v1/tables/{table_id}/deal", json={"player_id": player_id}, headers=headers
+            )
+            if answer.status_code != 200:
+                raise RuntimeError(f"deal answered {answer.status_code}: {answer.get_json()}")
+        return placed
+
+    one_round(None)  # warm the caches and the imports
+    profiler = cProfile.Profile()
+    placed = 0
+    started = time.perf_counter()
+    while placed < bets:
+        placed += one_round(profiler)
+    wall = time.perf_counter() - started
+    stats = pstats.Stats(profiler)
+    entries: dict[tuple[str, int, str], Any] = stats.stats  # type: ignore[attr-defined]
+    lines = [
+        f"{placed} bets in-process (Flask test client, no HTTP server), with Idempotency-Key;",
+        f"cProfile on during the bets only; {wall:.2f} s wall for these rounds, deals included.",
+        "",
+        "| stage | calls a bet | ms a bet (cumulative, profiled) |",
+        "|:--|--:|--:|",
+    ]
+    for label, file_suffix, function in STAGES:
+        calls = 0
+        cumulative = 0.0
+        for (file_name, _, name), (_, ncalls, _, cum, _) in entries.items():
+            if name == function and file_name.replace(os.sep, "/").endswith(file_suffix):
+                calls += ncalls
+                cumulative += cum
+        lines.append(f"| {label} | {calls / placed:.1f} | {cumulative / placed * 1000:.2f} |")
+    return "\n".join(lines)
+
+
+def uptime() -> str:
+    """The machine's load, as `uptime` reports it."""
+    try:
+        return subprocess.run(["uptime"], capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "uptime unavailable"
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Run the benchmark and print (and, with --markdown, write) its figures."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--tables", type=int, nargs="+", default=[1, 4])
+    parser.add_argument("--seconds", type=float, default=5.0, help="per measurement")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--no-idempotency-keys",
+        action="store_true",
+        help="play without Idempotency-Key headers (by default every POST sends one)",
+    )
+    parser.add_argument("--profile", type=int, default=500, metavar="BETS", help="0: none")
+    parser.add_argument("--markdown", type=Path, help="also write the report here")
+    args = parser.parse_args(argv)
+    idempotency = not args.no_idempotency_keys
+
+    load_before = uptime()
+    scenarios = [Scenario(n, Figure(f"{n} table(s)")) for n in args.tables]
+    with throwaway_database(server_url(), prefix="bench_api") as database_url:
+        apply_migrations(database_url)
+        keys = issue_keys(database_url)
+        run = secrets.token_hex(3)
+        with serving(database_url, args.workers, args.threads) as port:
+            await_workers(port, keys, args.workers)
+            profile_table = set_up_tables(port, keys, 1, f"{run}prof")[0]
+            for scenario in scenarios:
+                table_ids = set_up_tables(port, keys, scenario.tables, f"{run}n{scenario.tables}")
+                # One untimed round a table: shoes opened, caches warm, as in steady play.
+                measure(port, keys, table_ids, 0.0, idempotency)
+                run_scenario(
+                    scenario, port, keys, table_ids, args.repeats, args.seconds, idempotency
+                )
+        profile = ""
+        if args.profile:
+            profile = profile_bets(database_url, keys, profile_table, args.profile)
+    load_after = uptime()
+
+    command = "python bench/api.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    worker_class = "gthread" if args.threads > 1 else "sync"
+    report = "\n".join(
+        [
+            f"Command: `{command.strip()}`  ",
+            f"Machine: {os.cpu_count()} CPUs; before: `{load_before}`; after: `{load_after}`  ",
+            f"Server: `shoebox serve`, gunicorn {args.workers} workers x {args.threads} thread(s)"
+            f" ({worker_class}); PostgreSQL on the same machine; no Redis (windows close lazily)  ",
+            f"Clients: N threads, http.client, one connection each; bets"
+            f" {'with' if idempotency else 'without'} an Idempotency-Key; medians of"
+            f" {args.repeats} repeats of {args.seconds:g} s, contenders interleaved.",
+            "",
+            render_rounds(scenarios),
+            "",
+            render_table([s.rates for s in scenarios], BET, [PING]),
+            "",
+            profile,
+        ]
+    )
+    print(report)
+    if args.markdown is not None:
+        args.markdown.write_text(report + "\n")
+
+
+if __name__ == "__main__":
+    main()
