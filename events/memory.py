@@ -127,13 +127,13 @@ class InMemoryEventStore(EventStore):
             fingerprint, result = self._idempotency[key]
             return IdempotencyRecord(key, fingerprint, result, self._responses.get(key))
 
-    def record_response(self, key: str, response: JsonValue) -> None:
-        """Store the caller's response to replay for a key; the first response stored wins."""
+    def record_response(self, key: str, response: JsonValue) -> JsonValue:
+        """Store the caller's response to replay for a key; return the one now stored."""
         response = normalise(response)
         with self._lock:
             if key not in self._idempotency:
                 raise UnknownIdempotencyKey(key)
-            self._responses.setdefault(key, response)
+            return self._responses.setdefault(key, response)
 
     def store_shoe_secret(self, shoe_id: str, server_seed: str) -> None:
         """Keep a live shoe's server seed outside the log until the shoe is revealed."""

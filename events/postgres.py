@@ -6,6 +6,7 @@ import os
 from collections import deque
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, Final, TypeVar, cast
 
@@ -81,10 +82,18 @@ SELECT k.fingerprint, k.result, r.response
 FROM idempotency_keys AS k LEFT JOIN idempotency_responses AS r USING (key)
 WHERE k.key = %s
 """
+# Inserts the response, or, when a twin stored one first, returns the twin's: one round trip.
 _INSERT_RESPONSE = """
-INSERT INTO idempotency_responses (key, response, recorded_at) VALUES (%s, %s::jsonb, %s)
-ON CONFLICT (key) DO NOTHING
+WITH inserted AS (
+    INSERT INTO idempotency_responses (key, response, recorded_at) VALUES (%s, %s::jsonb, %s)
+    ON CONFLICT (key) DO NOTHING RETURNING response
+)
+SELECT response FROM inserted
+UNION ALL
+SELECT r.response FROM idempotency_responses AS r
+WHERE r.key = %s AND NOT EXISTS (SELECT 1 FROM inserted)
 """
+_FIND_RESPONSE = "SELECT response FROM idempotency_responses WHERE key = %s"
 _INSERT_SECRET = "INSERT INTO shoe_secrets (shoe_id, server_seed, created_at) VALUES (%s, %s, %s)"  # noqa: S105
 _LOAD_SECRET = "SELECT server_seed FROM shoe_secrets WHERE shoe_id = %s"  # noqa: S105
 
@@ -232,6 +241,22 @@ def _store_error(error: psycopg.Error, key: str | None) -> EventStoreError | Non
     return None
 
 
+@contextmanager
+def _one_statement(pool: Pool) -> Iterator[Connection[TupleRow]]:
+    """A pooled connection for statements that are each their own transaction.
+
+    In autocommit a statement is one round trip; the pool's transactional default would add a
+    COMMIT round trip to every read. The pool's other users expect transactions, so the switch
+    (a client-side flag, no round trip) is undone before the connection goes back.
+    """
+    with pool.connection() as conn:
+        conn.autocommit = True
+        try:
+            yield conn
+        finally:
+            conn.autocommit = False
+
+
 class PostgresEventStore(EventStore):
     """The event store in PostgreSQL, over connections from a pool the caller owns."""
 
@@ -254,11 +279,9 @@ class PostgresEventStore(EventStore):
         documents = append_documents(streams, metadata, recorded_at)
         key = None if idempotency is None else idempotency.key
         fingerprint = None if idempotency is None else idempotency.fingerprint
-        with self._pool.connection() as conn:
-            # One autocommit statement is one transaction and one round trip: the function's
-            # table lock is released by a commit that the server runs without waiting for us.
-            # The pool's other users expect transactions, so the switch is undone at once.
-            conn.autocommit = True
+        # One autocommit statement is one transaction and one round trip: the function's table
+        # lock is released by a commit that the server runs without waiting for us.
+        with _one_statement(self._pool) as conn:
             try:
                 row = conn.execute(_APPEND, [documents, key, fingerprint]).fetchone()
             except psycopg.Error as error:
@@ -266,8 +289,6 @@ class PostgresEventStore(EventStore):
                 if typed is None:
                     raise
                 raise typed from error
-            finally:
-                conn.autocommit = False
         assert row is not None  # the function always returns one row
         first_position, last_position, replayed = row
         if replayed is not None:
@@ -279,7 +300,7 @@ class PostgresEventStore(EventStore):
         )
 
     def _read(self, query: sql.Composable | str, params: Sequence[object]) -> list[RecordedEvent]:
-        with self._pool.connection() as conn:
+        with _one_statement(self._pool) as conn:
             cursor = conn.cursor(row_factory=event_rows)
             cursor.execute(query, params)  # type: ignore[arg-type]
             return cursor.fetchall()
@@ -392,20 +413,20 @@ class PostgresEventStore(EventStore):
     ) -> list[T]:
         # Converted on the read-ahead thread too: while one thread decodes, the other's query
         # runs on the server, and the caller gets a batch that is ready to use.
-        with self._pool.connection() as conn:
+        with _one_statement(self._pool) as conn:
             rows = conn.execute(query, params).fetchall()
         return convert(cast("list[RecordedRow]", rows))
 
     def head(self) -> int:
         """The position of the last event in the log (0 when it is empty)."""
-        with self._pool.connection() as conn:
+        with _one_statement(self._pool) as conn:
             row = conn.execute(_HEAD).fetchone()
         assert row is not None
         return int(row[0])
 
     def idempotency_record(self, key: str) -> IdempotencyRecord | None:
         """What an idempotency key was used for, or None if no append recorded it."""
-        with self._pool.connection() as conn:
+        with _one_statement(self._pool) as conn:
             cursor = conn.cursor()
             set_json_loads(orjson.loads, cursor)
             row = cursor.execute(_FIND_RECORD, [key]).fetchone()
@@ -416,27 +437,36 @@ class PostgresEventStore(EventStore):
             key, fingerprint, AppendResult.from_json(result, replayed=True), response
         )
 
-    def record_response(self, key: str, response: JsonValue) -> None:
-        """Store the caller's response to replay for a key; the first response stored wins."""
+    def record_response(self, key: str, response: JsonValue) -> JsonValue:
+        """Store the caller's response to replay for a key; return the one now stored."""
         document = _json(normalise(response))
         created_at = to_utc(self._clock())
         try:
-            with self._pool.connection() as conn:
-                conn.execute(_INSERT_RESPONSE, [key, document, created_at])
+            with _one_statement(self._pool) as conn:
+                cursor = conn.cursor()
+                set_json_loads(orjson.loads, cursor)
+                row = cursor.execute(_INSERT_RESPONSE, [key, document, created_at, key]).fetchone()
+                if row is None:
+                    # A twin's insert committed while ours waited on it, after this statement's
+                    # snapshot was taken: its response is visible to the next statement.
+                    row = cursor.execute(_FIND_RESPONSE, [key]).fetchone()
         except psycopg.errors.ForeignKeyViolation as error:
             raise UnknownIdempotencyKey(key) from error
+        assert row is not None  # inserted, or lost to a twin whose row now exists
+        stored: JsonValue = row[0]
+        return stored
 
     def store_shoe_secret(self, shoe_id: str, server_seed: str) -> None:
         """Keep a live shoe's server seed outside the log until the shoe is revealed."""
         created_at = to_utc(self._clock())
         try:
-            with self._pool.connection() as conn:
+            with _one_statement(self._pool) as conn:
                 conn.execute(_INSERT_SECRET, [shoe_id, server_seed, created_at])
         except psycopg.errors.UniqueViolation as error:
             raise ShoeSecretAlreadyStored(shoe_id) from error
 
     def load_shoe_secret(self, shoe_id: str) -> str | None:
         """A live shoe's server seed, or None if none was stored."""
-        with self._pool.connection() as conn:
+        with _one_statement(self._pool) as conn:
             row = conn.execute(_LOAD_SECRET, [shoe_id]).fetchone()
         return None if row is None else str(row[0])

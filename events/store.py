@@ -249,8 +249,12 @@ class EventStore(ABC):
         """What an idempotency key was used for, or None if no append recorded it."""
 
     @abstractmethod
-    def record_response(self, key: str, response: JsonValue) -> None:
-        """Store the caller's response to replay for a key; the first response stored wins."""
+    def record_response(self, key: str, response: JsonValue) -> JsonValue:
+        """Store the caller's response to replay for a key; return the one now stored.
+
+        The first response stored wins, so a caller that raced a twin learns the winner's
+        answer from the return value without reading it back.
+        """
 
     @abstractmethod
     def store_shoe_secret(self, shoe_id: str, server_seed: str) -> None:

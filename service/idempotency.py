@@ -12,8 +12,9 @@ How a request with a key runs:
    and storing its answer); wait briefly, then a 409 problem.
 2. The view runs with `actor().idempotency` set; the application service passes it to the
    one append that performs the command, in whose transaction the store records the key.
-3. After the view: a success is stored against the key (the first stored response wins,
-   and is what this request answers too, so racing identical requests answer alike). A
+3. After the view: a success is stored against the key in one statement that returns the
+   response now stored (the first stored wins, and is what this request answers too, so
+   racing identical requests answer alike). A
    refusal is not stored, because nothing was appended; but if a racing twin applied the
    same request meanwhile, the refusal is replaced by the twin's response.
 """
@@ -27,7 +28,7 @@ from typing import Final
 
 from flask import Response, g, request
 
-from events.store import EventStore, Idempotency, IdempotencyRecord, JsonValue
+from events.store import EventStore, Idempotency, JsonValue
 from events.store import UnknownIdempotencyKey as _UnknownKey
 from service.api import container
 from service.appends import note_looked_up
@@ -89,10 +90,18 @@ def begin_request() -> Response | None:
     )
     store = container().store
     record = store.idempotency_record(idempotency.key)
-    if record is not None:
-        g.idempotency_replayed = True
-        return _answer_known(store, idempotency, record)
+    if record is not None and record.fingerprint != idempotency.fingerprint:
+        raise idempotency_key_reused()
     g.idempotency = idempotency
+    if record is not None:
+        stored = _wait_for_response(store, idempotency, record.response)
+        if stored is not None:
+            g.idempotency_replayed = True
+            return _replay(stored)
+        # The first request's events are in the log but its response is not: it died between
+        # its append and storing the answer, or is very slow. The view answers from the log,
+        # since the service replays a known key's append instead of deciding again.
+        return None
     # finish_request answers a refusal with a racing twin's response, so the service's own
     # lookup of this key before deciding would only repeat the one just made.
     note_looked_up(idempotency)
@@ -109,38 +118,37 @@ def finish_request(response: Response) -> Response:
         record = store.idempotency_record(idempotency.key)
         if record is None:
             return response
-        return _answer_known(store, idempotency, record)
+        if record.fingerprint != idempotency.fingerprint:
+            raise idempotency_key_reused()
+        stored = _wait_for_response(store, idempotency, record.response)
+        if stored is None:
+            raise Problem(
+                409,
+                "idempotency-key-in-progress",
+                "The first request with this Idempotency-Key was applied but its response is"
+                " not stored yet; retry in a moment, or read the resource.",
+            )
+        return _replay(stored)
     document = _stored_form(response)
     try:
-        store.record_response(idempotency.key, document)
+        stored = store.record_response(idempotency.key, document)
     except _UnknownKey:
         # The view appended nothing under this key (a read, or a no-op): nothing to replay.
         return response
-    record = store.idempotency_record(idempotency.key)
-    if record is not None and record.response is not None and record.response != document:
-        return _replay(record.response)
-    return response
+    # A twin with the same key stored its answer first: answer as it did.
+    return response if stored == document else _replay(stored)
 
 
-def _answer_known(
-    store: EventStore, idempotency: Idempotency, record: IdempotencyRecord
-) -> Response:
-    if record.fingerprint != idempotency.fingerprint:
-        raise idempotency_key_reused()
-    stored = record.response
+def _wait_for_response(
+    store: EventStore, idempotency: Idempotency, stored: JsonValue | None
+) -> JsonValue | None:
+    """The stored response for a known key, waiting briefly for a twin still finishing."""
     deadline = time.monotonic() + WAIT_SECONDS
     while stored is None and time.monotonic() < deadline:
         time.sleep(_POLL_SECONDS)
         later = store.idempotency_record(idempotency.key)
         stored = later.response if later is not None else None
-    if stored is None:
-        raise Problem(
-            409,
-            "idempotency-key-in-progress",
-            "The first request with this Idempotency-Key was applied but its response is not"
-            " stored yet; retry in a moment, or read the resource.",
-        )
-    return _replay(stored)
+    return stored
 
 
 def _stored_form(response: Response) -> dict[str, JsonValue]:

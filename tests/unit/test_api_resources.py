@@ -2,6 +2,9 @@
 
 from datetime import timedelta
 
+import pytest
+
+from service import idempotency
 from service.idempotency import REPLAYED_HEADER
 from service.keys import Role
 from tests.api_harness import FLOAT, T0, Api
@@ -137,6 +140,28 @@ def test_a_deposit_retried_with_its_idempotency_key_is_applied_once() -> None:
     assert again.get_data() == first.get_data()
     assert again.headers[REPLAYED_HEADER] == "true"
     assert api.available("bob") == 1_000
+
+
+def test_a_retry_whose_first_answer_was_never_stored_gets_it_from_the_log(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    api = Api()
+    api.create_table("T1")
+    api.fund("alice")
+    api.sit("T1", "alice", 1)
+    headers = {"Idempotency-Key": "bet-7"}
+    body = {"player_id": "alice", "spot": "banker", "stake_pence": 1_000}
+    # The first request dies between its append and storing its response.
+    with monkeypatch.context() as patch:
+        patch.setattr(api.store, "record_response", lambda key, response: response)
+        first = api.call("POST", "/v1/tables/T1/bets", body, headers=headers)
+    monkeypatch.setattr(idempotency, "WAIT_SECONDS", 0.0)
+    again = api.call("POST", "/v1/tables/T1/bets", body, headers=headers)
+    assert first.status_code == again.status_code == 201
+    assert again.get_json() == first.get_json()
+    assert api.available("alice") == FLOAT - 1_000
+    placed = [e for e in api.store.read_all(limit=10_000) if e.type == "BetPlaced"]
+    assert len(placed) == 1
 
 
 def test_a_bet_over_the_players_own_limit_is_refused_and_the_limit_changes_once_a_week() -> None:
