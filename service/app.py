@@ -21,6 +21,7 @@ from service.game import GameService, WindowScheduler
 from service.keys import ApiKey, KeyRing
 from service.players import LimitCache, PlayerService
 from service.problems import Problem, register_problem_handlers
+from service.projections import ProjectionService
 from service.scheduler import RqWindowScheduler
 from service.settings import Settings, SettingsError
 from service.streams import TableCache
@@ -63,11 +64,14 @@ def create_app(
     clock: Clock | None = None,
     scheduler: WindowScheduler | None = None,
     pool_size: int = DEFAULT_POOL_SIZE,
+    projections: ProjectionService | None = None,
 ) -> Flask:
     """Build the API over `store`, or over a pool on the settings' database if none is given.
 
     `scheduler` closes betting windows on time: by default the RQ scheduler when the settings
     name a Redis; with neither, windows are closed lazily by the next request to their table.
+    Reads come from the read models: over the app's own pool, or `projections` when a store is
+    handed in; with neither (an in-memory store), the read endpoints fold the streams instead.
     """
     settings = settings if settings is not None else Settings.from_env()
     clock = clock if clock is not None else utc_now
@@ -94,7 +98,9 @@ def create_app(
             "security": [{BEARER_SCHEME: []}],
         },
     )
-    app.extensions[EXTENSION] = _wire(settings, store, clock, scheduler, pool)
+    if projections is None and pool is not None:
+        projections = ProjectionService(pool, clock)
+    app.extensions[EXTENSION] = _wire(settings, store, clock, scheduler, pool, projections)
 
     api = ShoeboxApi(app)
     api.spec.components.security_scheme(
@@ -122,6 +128,7 @@ def _wire(
     clock: Clock,
     scheduler: WindowScheduler | None,
     pool: Pool | None,
+    projections: ProjectionService | None,
 ) -> Container:
     # One cache of each aggregate for the process, shared by every service that reads it:
     # each loads only the events after its cached version, so sharing is safe and cheaper.
@@ -137,6 +144,7 @@ def _wire(
         players=PlayerService(store, clock, limits=limits),
         chat=ChatService(store, clock, games, tables=tables),
         pool=pool,
+        projections=projections,
     )
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from events.postgres import Pool, PostgresEventStore, app_conninfo, open_pool
+from events.projections import runner
 from events.store import utc_now
 from service.errors import NotFound
 from service.game import GameService, WindowScheduler
@@ -23,8 +24,9 @@ from service.settings import Settings, SettingsError
 
 log = logging.getLogger(__name__)
 
-# One job at a time per worker process: one connection, and one spare for a slow release.
-POOL_SIZE: Final = 2
+# One job at a time per worker process. A window job needs one connection (and a spare for a
+# slow release); a rebuild needs four: its lock, its writes and two read-ahead readers.
+POOL_SIZE: Final = 5
 
 CLOSED: Final = "closed"
 NOTHING_DUE: Final = "nothing due"
@@ -70,6 +72,18 @@ def close_betting_window(table_id: str, round_id: str) -> str:
         return NOTHING_DUE
     log.info("closed the window of round %s at table %s", round_id, table_id)
     return CLOSED
+
+
+def rebuild_projection(name: str) -> str:
+    """Rebuild one read model from position 0 beside the live one and swap it in; say how far.
+
+    Safe to run any number of times, even twice at once: each run builds its own shadow and the
+    swap happens under the projection's checkpoint lock, so the last one simply wins with the
+    same rows. A name that is not a projection fails at once rather than being retried.
+    """
+    result = runner.rebuild(_built().pool, [name])
+    log.info("rebuilt %s: %d events up to %d", name, result.events, result.position)
+    return f"rebuilt {name} up to {result.position}"
 
 
 def _built() -> _Services:

@@ -35,7 +35,8 @@ from service.chat import ChatService
 from service.game import GameService
 from service.keys import KeyRing
 from service.players import PlayerService
-from service.problems import PROBLEM_MIMETYPE, ProblemSchema, http_problem
+from service.problems import PROBLEM_MIMETYPE, Problem, ProblemSchema, http_problem
+from service.projections import ProjectionService
 from service.settings import Settings
 from service.wallets import WalletService
 
@@ -47,6 +48,7 @@ __all__ = [
     "abort",
     "actor",
     "container",
+    "projections",
     "register_blueprints",
 ]
 
@@ -132,6 +134,9 @@ class Container:
     chat: ChatService
     # The pool create_app opened, closed with the app; None when the store was handed in.
     pool: ConnectionPool[Any] | None = None
+    # The read models. None only when an in-memory store was handed in (the unit tests' wiring),
+    # where there is no PostgreSQL to project into: see `reads_from_projections`.
+    projections: ProjectionService | None = None
 
     def close(self) -> None:
         """Release the connections create_app opened."""
@@ -145,6 +150,16 @@ def container() -> Container:
     if not isinstance(wiring, Container):
         raise TypeError("the app was not built by service.app.create_app")
     return wiring
+
+
+def projections() -> ProjectionService:
+    """The read models; a 503 problem when this app was wired without them."""
+    found = container().projections
+    if found is None:
+        raise Problem(
+            503, "service-unavailable", "This server was started without its read models."
+        )
+    return found
 
 
 def actor() -> Actor:

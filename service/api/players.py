@@ -1,4 +1,4 @@
-"""Players: their own bet limit, and the rounds they played.
+"""Players: their own bet limit, the rounds they played, and their totals.
 
 The limit is the player's own choice, so the front end sets it; it lowers every table's
 maximum and may change once a week (the week turns Friday 00:00 GMT). A refusal says when
@@ -11,7 +11,7 @@ import marshmallow as ma
 from flask.views import MethodView
 
 from domain.player_limits import LimitChangedThisWeek, PlayerLimit
-from service.api import actor, container
+from service.api import actor, container, projections
 from service.api.schemas import (
     PLAYER_ID_PARAMETER,
     BetEntrySchema,
@@ -178,5 +178,44 @@ class Rounds(MethodView):
     def get(self, page: dict[str, Any], player_id: str) -> dict[str, Any]:
         """Read a player's latest rounds: bets, cards, outcome and payout, newest first."""
         player_id = checked_id("player_id", player_id)
-        rounds = container().players.rounds(player_id, limit=page.get("limit", DEFAULT_ROUNDS))
+        limit = page.get("limit", DEFAULT_ROUNDS)
+        read_models = container().projections
+        # The round history read model; the table streams only in the in-memory wiring.
+        rounds = (
+            container().players.rounds(player_id, limit=limit)
+            if read_models is None
+            else read_models.player_rounds(player_id, limit=limit)
+        )
         return {"player_id": player_id, "rounds": [_round(r) for r in rounds]}
+
+
+class PlayerHistorySchema(ma.Schema):
+    """A player's totals over every settled bet; voided rounds are left out."""
+
+    player_id = ma.fields.String(required=True)
+    rounds_played = ma.fields.Integer(required=True)
+    wagered_pence = ma.fields.Integer(required=True)
+    won_pence = ma.fields.Integer(
+        required=True, metadata={"description": "Paid back, stakes included."}
+    )
+    commission_pence = ma.fields.Integer(required=True)
+    net_pence = ma.fields.Integer(required=True, metadata={"description": "Won - wagered."})
+
+
+@blp.route("/<player_id>/history", parameters=[PLAYER_ID_PARAMETER])
+class History(MethodView):
+    """A player's totals."""
+
+    @roles(*READERS)
+    @blp.response(200, PlayerHistorySchema)
+    def get(self, player_id: str) -> dict[str, Any]:
+        """Read a player's rounds played, wagered, won and net, from the read model."""
+        summary = projections().player_summary(checked_id("player_id", player_id))
+        return {
+            "player_id": summary.player_id,
+            "rounds_played": summary.rounds_played,
+            "wagered_pence": summary.wagered,
+            "won_pence": summary.won,
+            "commission_pence": summary.commission,
+            "net_pence": summary.net,
+        }

@@ -2,12 +2,13 @@
 
 It resolves PostgreSQL and Redis (starting the embedded servers when DATABASE_URL or REDIS_URL
 is unset), applies migrations, makes sure there is a demo API key for each role, then runs
-`shoebox serve` and `shoebox worker` as child processes until SIGINT or SIGTERM, and stops
-them, then the embedded servers, in that order.
+`shoebox serve`, `shoebox worker` and `shoebox projector` as child processes until SIGINT or
+SIGTERM, and stops them, then the embedded servers, in that order.
 
 Each child runs in a session of its own, so that a Ctrl+C in the terminal reaches this process
-alone and the shutdown happens once, in order: the API and the worker first (each stopping its
-own workers and scheduler), then a sweep of whatever their sessions left, then the databases.
+alone and the shutdown happens once, in order: the API, the worker and the projector first
+(each stopping its own workers and scheduler), then a sweep of whatever their sessions left,
+then the databases.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ class DemoKey:
     help="Make sure there is a demo API key for each role, and print them.",
 )
 def run(workers: int | None, threads: int | None, demo_keys: bool) -> None:
-    """Start PostgreSQL and Redis if needed, migrate, then run the API and the worker."""
+    """Start PostgreSQL and Redis if needed, migrate, then run the API, worker and projector."""
     settings = Settings.from_env()
     previous = {
         signum: signal.signal(signum, _raise_stop) for signum in (signal.SIGINT, signal.SIGTERM)
@@ -92,6 +93,9 @@ def run(workers: int | None, threads: int | None, demo_keys: bool) -> None:
             try:
                 children.append(_Child.start("serve", serve_arguments, environment))
                 children.append(_Child.start("worker", ["worker"], environment))
+                # The read models follow the log in a process of their own: PostgreSQL only,
+                # so they keep up even while Redis (the worker's half) is down.
+                children.append(_Child.start("projector", ["projector"], environment))
                 base_url = f"http://{address}"
                 _await_ready(base_url, children)
                 click.echo(_banner(base_url, settings, db_url, queue_url, keys))

@@ -131,14 +131,14 @@ def stop(process: subprocess.Popen[bytes]) -> str:
 
 @pytest.fixture
 def shoebox(database_url: str, redis_url: str) -> Iterator[str]:
-    """`shoebox serve` and `shoebox worker` sharing one database and one Redis."""
+    """`shoebox serve`, `shoebox worker` and `shoebox projector` on one database and Redis."""
     port = free_port()
     environment = {**os.environ, "DATABASE_URL": database_url, "REDIS_URL": redis_url}
     environment.pop("SHOEBOX_APP_DATABASE_URL", None)
     server = start(
         ["serve", "--bind", f"127.0.0.1:{port}", "--workers", "2", "--threads", "2"], environment
     )
-    worker = None
+    worker = projector = None
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + START_TIMEOUT_SECONDS
@@ -153,14 +153,24 @@ def shoebox(database_url: str, redis_url: str) -> Iterator[str]:
                 assert time.monotonic() < deadline, "shoebox serve did not start listening"
                 time.sleep(0.1)
         worker = start(["worker"], environment)
+        # Balances, statements and round history are read models that the projector keeps.
+        projector = start(["projector", "--poll-interval", "0.2"], environment)
         yield base
     finally:
-        outputs = [stop(server)]
-        if worker is not None:
-            outputs.append(stop(worker))
-        assert server.returncode == 0, outputs[0]
-        if worker is not None:
-            assert worker.returncode == 0, outputs[-1]
+        stopped = [(process, stop(process)) for process in (server, worker, projector) if process]
+        for process, output in stopped:
+            assert process.returncode == 0, output
+
+
+def await_projections(client: Client, timeout: float = 20.0) -> None:
+    """Wait until every read model has caught up with the log (they lag by milliseconds)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        projections = client.ok("GET", "/ops/projections")["projections"]
+        if all(projection["lag_events"] == 0 for projection in projections):
+            return
+        assert time.monotonic() < deadline, f"projections did not catch up: {projections}"
+        time.sleep(0.1)
 
 
 def api_key(database_url: str, role: Role) -> str:
@@ -264,6 +274,7 @@ def test_four_players_one_pass_one_timeout_dealt_by_the_worker_and_paid_by_the_r
     assert job.get_status() is JobStatus.FINISHED
     assert job.return_value() == CLOSED
 
+    await_projections(regulator)
     (played,) = [
         r
         for r in regulator.ok("GET", "/players/alice/rounds")["rounds"]

@@ -1,13 +1,17 @@
 """The API over the real PostgreSQL store: a played round, and concurrent bets and deals."""
 
 import threading
+from dataclasses import replace
 from typing import Any
 
 from werkzeug.test import TestResponse
 
 from domain.outcome import Outcome
 from events.postgres import Pool, PostgresEventStore
+from events.projections import runner
+from service.api import EXTENSION, Container
 from service.keys import Role
+from service.projections import ProjectionService
 from tests.api_harness import FLOAT, Api, seed_dealing
 
 THREADS = 8
@@ -95,3 +99,65 @@ def test_concurrent_deal_presses_deal_the_coup_exactly_once(app_pool: Pool) -> N
     assert types.count("CoupCompleted") == 1
     assert types.count("BetSettled") == len(players)
     assert types.count("DealPressed") == len(players)
+
+
+def test_read_endpoints_answer_from_the_read_models(app_pool: Pool) -> None:
+    api = Api(store=PostgresEventStore(app_pool), seeds=(seed_dealing((Outcome.BANKER,)),))
+    wiring = api.app.extensions[EXTENSION]
+    assert isinstance(wiring, Container)
+    api.app.extensions[EXTENSION] = replace(
+        wiring, projections=ProjectionService(app_pool, wiring.clock)
+    )
+    api.create_table("T1")
+    api.fund("alice")
+    api.sit("T1", "alice", 1)
+    api.bet("T1", "alice", "banker", 1_000)
+    api.act("T1", "deal", "alice")
+    # Nothing is projected yet: a read model lags the log until the projector applies it.
+    assert api.ok("GET", "/v1/wallets/alice")["version"] == 0
+    lag = api.ok("GET", "/v1/ops/projections", role=Role.OPS)
+    assert {p["name"] for p in lag["projections"]} == set(runner.NAMES)
+    assert all(p["lag_events"] == lag["head"] for p in lag["projections"])
+    runner.catch_up(app_pool)
+
+    assert api.available("alice") == FLOAT + 950
+    statement = api.ok("GET", "/v1/wallets/alice/statement")["entries"]
+    assert [e["type"] for e in statement] == ["PayoutCredited", "StakeReserved", "Deposited"]
+    assert statement[0]["available_after_pence"] == FLOAT + 950
+    (played,) = api.ok("GET", "/v1/players/alice/rounds")["rounds"]
+    assert (played["outcome"], played["payout_pence"], played["voided"]) == ("banker", 1_950, False)
+    assert api.ok("GET", "/v1/players/alice/history") == {
+        "player_id": "alice",
+        "rounds_played": 1,
+        "wagered_pence": 1_000,
+        "won_pence": 1_950,
+        "commission_pence": 50,
+        "net_pence": 950,
+    }
+    statistics = api.ok("GET", "/v1/tables/T1/statistics")
+    assert statistics["roads"]["counts"] == {"banker": 1, "player": 0, "ties": 0, "hands": 1}
+    assert api.ok("GET", "/v1/tables/T1/statistics?scope=all")["roads"]["big_road"]
+    round_1 = api.ok("GET", "/v1/rounds/T1-1")
+    assert (round_1["wagered_pence"], round_1["paid_out_pence"]) == (1_000, 1_950)
+    assert [r["round_id"] for r in api.ok("GET", "/v1/tables/T1/rounds")["rounds"]] == [
+        "T1-2",
+        "T1-1",
+    ]
+    # The ledger's days are those the log recorded the settlements on, by the store's clock.
+    day = PostgresEventStore(app_pool).read_all(types=["BetSettled"])[0].recorded_at.date()
+    ledger = api.ok(
+        "GET",
+        f"/v1/tables/T1/ledger?from={day.isoformat()}&to={day.isoformat()}",
+        role=Role.REGULATOR,
+    )
+    (banker,) = ledger["lines"]
+    assert (banker["spot"], banker["hold_pence"], banker["observed_rtp"]) == ("banker", -950, 1.95)
+    assert 0.98 < banker["theoretical_rtp"] < 0.99
+    assert api.call("GET", "/v1/tables/T1/ledger").status_code == 403  # not for front ends
+    assert api.call("GET", "/v1/rounds/T9-1").status_code == 404
+    assert api.ok("GET", "/v1/ops/invariants", role=Role.OPS)["ok"]
+    rebuilt = api.ok(
+        "POST", "/v1/ops/projections/rebuild", {"names": ["wallets"], "wait": True}, role=Role.OPS
+    )
+    assert rebuilt["position"] == lag["head"]
+    assert api.available("alice") == FLOAT + 950

@@ -1,0 +1,366 @@
+"""Following the log into every read model, rebuilding a model beside the live one, and lag.
+
+The projector runs one catch-up subscription per projection, named after it: each batch of a
+projection is applied and its checkpoint moved in one transaction that holds the checkpoint
+row's lock, so twin projectors never apply a batch twice (events/subscription.py).
+
+A rebuild fills a shadow copy of a projection's tables from position 0 while the live tables
+keep serving and the live projector keeps following. It then takes the live checkpoint's lock
+(which stops that projection's live batches), applies the events that arrived meanwhile to the
+shadow, swaps the shadow tables in and moves the checkpoint to match, all in one transaction:
+a reader sees the old model or the rebuilt one, never a half-built one.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import threading
+from collections.abc import Iterable, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Final
+
+from psycopg import Connection, sql
+from psycopg.rows import TupleRow
+
+from events.postgres import (
+    EVENT_COLUMNS,
+    READ_AHEAD,
+    Pool,
+    PostgresEventStore,
+    event_rows,
+    open_pool,
+)
+from events.projections.base import LIVE, SHADOW, Projection
+from events.projections.ledger import LedgerProjection
+from events.projections.players import PlayersProjection
+from events.projections.rounds import RoundsProjection
+from events.projections.statistics import StatisticsProjection
+from events.projections.wallets import WalletsProjection
+from events.store import Clock, RecordedEvent, to_utc, utc_now
+from events.subscription import CatchUpSubscription
+from events.upcasting import Upcasters
+
+_logger = logging.getLogger(__name__)
+
+PROJECTIONS: Final[tuple[type[Projection], ...]] = (
+    WalletsProjection,
+    RoundsProjection,
+    StatisticsProjection,
+    PlayersProjection,
+    LedgerProjection,
+)
+"""Every read model, in the order a rebuild of all of them applies each batch."""
+
+NAMES: Final = tuple(p.name for p in PROJECTIONS)
+LIVE_BATCH: Final = 1000
+REBUILD_BATCH: Final = 20_000
+
+_REBUILD_LOCK: Final = "shoebox projection rebuild: "
+_ENSURE_CHECKPOINT = """
+INSERT INTO checkpoints (subscription, position, updated_at) VALUES (%s, 0, %s)
+ON CONFLICT (subscription) DO NOTHING
+"""
+_LOCK_CHECKPOINT = "SELECT position FROM checkpoints WHERE subscription = %s FOR UPDATE"
+_MOVE_CHECKPOINT = "UPDATE checkpoints SET position = %s, updated_at = %s WHERE subscription = %s"
+_HEAD = "SELECT coalesce(max(position), 0) FROM events"
+_TAIL = (
+    "SELECT " + EVENT_COLUMNS + " FROM events"  # noqa: S608 - constants only
+    " WHERE position > %s AND position <= %s AND category = ANY(%s) ORDER BY position"
+)
+_STATUS = """
+SELECT c.position, c.updated_at, e.recorded_at
+FROM checkpoints AS c LEFT JOIN events AS e ON e.position = c.position + 1
+WHERE c.subscription = %s
+"""
+_HEAD_EVENT = "SELECT position, recorded_at FROM events ORDER BY position DESC LIMIT 1"
+
+
+def projection_class(name: str) -> type[Projection]:
+    """The read model called `name`; ValueError names the known ones if there is none."""
+    for cls in PROJECTIONS:
+        if cls.name == name:
+            return cls
+    raise ValueError(f"no projection {name!r}; the projections are {', '.join(NAMES)}")
+
+
+def subscriptions(
+    pool: Pool,
+    names: Iterable[str] = NAMES,
+    *,
+    poll_interval: float = 5.0,
+    listen: bool = True,
+    batch_size: int = LIVE_BATCH,
+    clock: Clock = utc_now,
+) -> list[CatchUpSubscription]:
+    """One catch-up subscription per named projection, each checkpointed under its name."""
+    found: list[CatchUpSubscription] = []
+    for name in names:
+        projection = projection_class(name)(LIVE)
+        found.append(
+            CatchUpSubscription(
+                pool,
+                projection.name,
+                projection.apply,
+                batch_size=batch_size,
+                categories=projection.categories,
+                poll_interval=poll_interval,
+                listen=listen,
+                clock=clock,
+            )
+        )
+    return found
+
+
+def catch_up(pool: Pool, names: Iterable[str] = NAMES) -> int:
+    """Bring the named projections up to the log's head now; the events handed to them."""
+    return sum(s.run_until_caught_up() for s in subscriptions(pool, names, listen=False))
+
+
+class Projector:
+    """Runs every projection's subscription on a thread of its own until stopped."""
+
+    def __init__(self, subscriptions: Sequence[CatchUpSubscription]) -> None:
+        self._subscriptions = subscriptions
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        """Start following the log."""
+        for subscription in self._subscriptions:
+            thread = threading.Thread(
+                target=self._follow,
+                args=(subscription,),
+                name=f"projector-{subscription.name}",
+                daemon=True,
+            )
+            thread.start()
+            self._threads.append(thread)
+
+    def _follow(self, subscription: CatchUpSubscription) -> None:
+        # A handler error ends the subscription's run with its batch unapplied; it is retried
+        # after a pause rather than given up, so one bad moment does not stop a read model.
+        while not self._stop.is_set():
+            try:
+                subscription.run(self._stop)
+            except Exception:
+                _logger.exception("projection %s failed; retrying", subscription.name)
+                self._stop.wait(5.0)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop following and wait for the threads to finish their batch."""
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout)
+
+    def alive(self) -> bool:
+        """Whether every projection's thread is still running."""
+        return bool(self._threads) and all(t.is_alive() for t in self._threads)
+
+
+@dataclass(frozen=True, slots=True)
+class RebuildResult:
+    """What a rebuild did: the projections swapped in, the events read, and the checkpoint."""
+
+    names: tuple[str, ...]
+    events: int
+    position: int
+
+
+def rebuild(
+    pool: Pool,
+    names: Iterable[str] = NAMES,
+    *,
+    batch_size: int = REBUILD_BATCH,
+    clock: Clock = utc_now,
+) -> RebuildResult:
+    """Rebuild the named projections from position 0 beside the live ones; swap them in."""
+    chosen = tuple(sorted(dict.fromkeys(names)))
+    shadows = [projection_class(name)(SHADOW) for name in chosen]
+    with pool.connection() as lock:
+        # Two rebuilds of one projection would drop each other's shadow tables: the second
+        # waits for the first, then rebuilds again (harmlessly: the result is the same rows).
+        for name in chosen:
+            lock.execute("SELECT pg_advisory_lock(hashtext(%s))", [_REBUILD_LOCK + name])
+        lock.commit()
+        try:
+            return _rebuild(pool, chosen, shadows, batch_size, clock)
+        finally:
+            for name in chosen:
+                lock.execute("SELECT pg_advisory_unlock(hashtext(%s))", [_REBUILD_LOCK + name])
+            lock.commit()
+
+
+def _rebuild(
+    pool: Pool,
+    chosen: tuple[str, ...],
+    shadows: Sequence[Projection],
+    batch_size: int,
+    clock: Clock,
+) -> RebuildResult:
+    categories = sorted({c for p in shadows for c in p.categories})
+    with pool.connection() as conn:
+        for projection in shadows:
+            conn.execute("SELECT projection_prepare_shadow(%s)", [projection.name])
+        conn.commit()
+    built = PostgresEventStore(pool, clock).head()
+    conninfo = pool.conninfo
+    target = conninfo() if callable(conninfo) else conninfo
+    # The models that read the same categories fill their shadows together, from one read of
+    # those events; each such group in a process of its own (spawned, as a process with open
+    # connections and threads must not fork), since folding is Python work that one
+    # interpreter's lock would otherwise serialise. One group needs no process.
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for projection in shadows:
+        groups.setdefault(tuple(sorted(projection.categories)), []).append(projection.name)
+    if len(groups) == 1:
+        (names,) = groups.values()
+        handled = fill_shadows(target, tuple(names), batch_size, built)
+    else:
+        spawn = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(len(groups), mp_context=spawn) as processes:
+            fills = [
+                processes.submit(fill_shadows, target, tuple(names), batch_size, built)
+                for names in groups.values()
+            ]
+            handled = sum(fill.result() for fill in fills)
+    with pool.connection() as conn, conn.transaction():
+        for projection in shadows:
+            _lock_checkpoint(conn, projection.name, clock)
+        head_row = conn.execute(_HEAD).fetchone()
+        head = 0 if head_row is None else int(head_row[0])
+        cursor = conn.cursor(row_factory=event_rows)
+        tail = cursor.execute(_TAIL, [built, head, categories]).fetchall()
+        tail = Upcasters().upcast_all(tail)
+        if tail:
+            _apply_all(conn, shadows, tail)
+        handled += len(tail)
+        for projection in shadows:
+            conn.execute("SELECT projection_swap_shadow(%s)", [projection.name])
+            conn.execute(_MOVE_CHECKPOINT, [head, to_utc(clock()), projection.name])
+    _logger.info("rebuilt %s from %d events up to %d", ", ".join(chosen), handled, head)
+    return RebuildResult(chosen, handled, head)
+
+
+def fill_shadows(conninfo: str, names: tuple[str, ...], batch_size: int, built: int) -> int:
+    """Fill the named models' shadow tables from the log up to `built`; the events read.
+
+    One pass over the events of the models' categories feeds every shadow. Each shadow is
+    filled by a thread of its own on a connection of its own, so one model's statements run on
+    the server while another folds in Python; each batch commits on its own, since a shadow is
+    invisible to readers until the swap whatever state it is in.
+    """
+    shadows = [projection_class(name)(SHADOW) for name in names]
+    categories = sorted({c for p in shadows for c in p.categories})
+    handled = 0
+    # Two read-ahead connections, and one a model.
+    pool = open_pool(conninfo, min_size=1, max_size=len(shadows) + READ_AHEAD + 1)
+    try:
+        store = PostgresEventStore(pool)
+        with ThreadPoolExecutor(len(shadows), thread_name_prefix="shoebox-rebuild") as threads:
+            previous: list[Future[None]] = []
+            for events in store.iter_all(0, batch_size, categories, to_position=built):
+                # At most two batches in flight per model: the one applying and the next.
+                for done in previous:
+                    done.result()
+                split = _by_category(events)
+                previous = [
+                    threads.submit(_apply_alone, pool, projection, split) for projection in shadows
+                ]
+                handled += len(events)
+            for done in previous:
+                done.result()
+    finally:
+        pool.close()
+    return handled
+
+
+def _by_category(events: Sequence[RecordedEvent]) -> dict[str, list[RecordedEvent]]:
+    split: dict[str, list[RecordedEvent]] = {}
+    for event in events:
+        found = split.get(event.category)
+        if found is None:
+            split[event.category] = [event]
+        else:
+            found.append(event)
+    return split
+
+
+def _apply_alone(pool: Pool, projection: Projection, split: dict[str, list[RecordedEvent]]) -> None:
+    categories = projection.categories
+    if len(categories) == 1:
+        wanted = split.get(categories[0], [])
+    else:
+        wanted = sorted((e for c in categories for e in split.get(c, [])), key=lambda e: e.position)
+    if wanted:
+        with pool.connection() as conn, conn.transaction():
+            projection.apply(conn, wanted)
+
+
+def _apply_all(
+    conn: Connection[TupleRow], projections: Sequence[Projection], events: Sequence[RecordedEvent]
+) -> None:
+    for projection in projections:
+        wanted = [e for e in events if e.category in projection.categories]
+        if wanted:
+            projection.apply(conn, wanted)
+
+
+def _lock_checkpoint(conn: Connection[TupleRow], name: str, clock: Clock) -> int:
+    row = conn.execute(_LOCK_CHECKPOINT, [name]).fetchone()
+    if row is None:
+        conn.execute(_ENSURE_CHECKPOINT, [name, to_utc(clock())])
+        row = conn.execute(_LOCK_CHECKPOINT, [name]).fetchone()
+        assert row is not None  # inserted above, or by a twin that has committed
+    return int(row[0])
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectionStatus:
+    """Where a projection has read to, against the head of the log."""
+
+    name: str
+    checkpoint: int
+    updated_at: datetime | None
+    head: int
+    lag_events: int
+    lag_seconds: float
+
+
+def status(pool: Pool, now: datetime, names: Iterable[str] = NAMES) -> list[ProjectionStatus]:
+    """Each projection's checkpoint, the log's head, and the lag in events and seconds.
+
+    The lag in seconds is how long the oldest event it has not applied has been in the log
+    (0 when caught up): a projection that is idle but current is not lagging.
+    """
+    found: list[ProjectionStatus] = []
+    with pool.connection() as conn:
+        head_row = conn.execute(_HEAD_EVENT).fetchone()
+        head = 0 if head_row is None else int(head_row[0])
+        for name in names:
+            row = conn.execute(_STATUS, [name]).fetchone()
+            checkpoint, updated_at, waiting_since = (0, None, None) if row is None else row
+            if row is None and head > 0:
+                first = conn.execute("SELECT recorded_at FROM events WHERE position = 1").fetchone()
+                waiting_since = None if first is None else first[0]
+            lag = max(0, head - int(checkpoint))
+            seconds = (
+                max(0.0, (now - waiting_since).total_seconds())
+                if lag and waiting_since is not None
+                else 0.0
+            )
+            found.append(ProjectionStatus(name, int(checkpoint), updated_at, head, lag, seconds))
+    return found
+
+
+def table_dump(conn: Connection[TupleRow], table: str) -> list[tuple[object, ...]]:
+    """Every row of a projection table, ordered by every column: for comparing two builds."""
+    columns = conn.execute(
+        "SELECT count(*) FROM information_schema.columns WHERE table_name = %s", [table]
+    ).fetchone()
+    assert columns is not None
+    order = sql.SQL(", ").join(sql.Literal(i) for i in range(1, int(columns[0]) + 1))
+    query = sql.SQL("SELECT * FROM {} ORDER BY {}").format(sql.Identifier(table), order)
+    return [tuple(row) for row in conn.execute(query)]

