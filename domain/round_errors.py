@@ -280,3 +280,33 @@ class PlayerBarred(SeatError):
     """A player removed from a table by ops may not sit at it again."""
 
     rule = "seat.player_removed_from_table"
+
+
+class TableIsSuspended(RoundError):
+    """A table suspended after a malfunction refuses play until ops reopen it."""
+
+    rule = "round.table_suspended"
+
+
+class TableNotSuspended(RoundError):
+    """Only a suspended table can be reopened."""
+
+    rule = "round.table_not_suspended"
+
+
+class MalfunctionNeedsAReason(RoundError):
+    """A malfunction records why, for players and regulators."""
+
+    rule = "void.reason_required"
+
+
+class MalfunctionScopeInvalid(RoundError):
+    """A malfunction names the current round, some rounds, or a time range, and nothing else."""
+
+    rule = "void.scope_invalid"
+
+
+class ClientSeedNotRotated(ShoeError):
+    """After ops rotate the next shoe's client seed, that shoe opens with it."""
+
+    rule = "shoe.client_seed_not_the_rotated_one"

@@ -25,7 +25,7 @@ import typing
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timedelta
-from enum import Enum
+from enum import Enum, StrEnum
 from typing import Any, ClassVar, TypeAlias, TypeGuard
 
 from domain.cards import CARDS_PER_DECK, Card
@@ -57,7 +57,10 @@ from domain.round import (
     withdraw,
 )
 from domain.round_errors import (
+    ClientSeedNotRotated,
     InvalidTableSettings,
+    MalfunctionNeedsAReason,
+    MalfunctionScopeInvalid,
     NoPlayersSeated,
     NoRoundUnderWay,
     NoShoeOpen,
@@ -79,10 +82,12 @@ from domain.round_errors import (
     ShoeNotRetired,
     ShoeStillDealing,
     TableAlreadyExists,
+    TableIsSuspended,
     TableNotFound,
+    TableNotSuspended,
     WrongShoe,
 )
-from domain.shoe import HAND_CHOICES, MIN_HANDS, commitment, coup_can_start
+from domain.shoe import HAND_CHOICES, MIN_HANDS, ByteStream, commitment, coup_can_start
 
 MAX_SEATS = 7
 MAX_DECKS = 8
@@ -178,6 +183,10 @@ class Table:
     shoes_opened: int = 0
     muted: frozenset[str] = frozenset()
     removed: frozenset[str] = frozenset()
+    # The malfunction that suspended the table, while it refuses play; None when open.
+    suspended_by: str | None = None
+    # A client seed ops rotated in for the next shoe, until that shoe opens with it.
+    next_client_seed: str | None = None
 
     def seat_of(self, player_id: str) -> Seat | None:
         """The seat this player holds, if any."""
@@ -310,10 +319,67 @@ class PlayerRemoved:
     reason: str
 
 
+class MalfunctionScope(StrEnum):
+    """Which rounds a malfunction voids."""
+
+    CURRENT_ROUND = "current_round"
+    ROUNDS = "rounds"
+    TIME_RANGE = "time_range"
+
+
+@dataclass(frozen=True, slots=True)
+class MalfunctionDeclared:
+    """Ops declared a malfunction: why, the scope they gave, and the rounds it voids."""
+
+    type: ClassVar[str] = "MalfunctionDeclared"
+    malfunction_id: str
+    reason: str
+    scope: str  # a MalfunctionScope value, kept a plain string in the stored payload
+    round_ids: tuple[str, ...]  # the rounds in scope not already void, voided in this append
+    start: str | None = None  # the time range, for a TIME_RANGE scope
+    end: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TableSuspended:
+    """The table refuses play until ops reopen it."""
+
+    type: ClassVar[str] = "TableSuspended"
+    malfunction_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class TableReopened:
+    """Ops reopened a suspended table for play."""
+
+    type: ClassVar[str] = "TableReopened"
+    malfunction_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ClientSeedRotated:
+    """Ops chose the client seed of the table's next shoe, before that shoe opens."""
+
+    type: ClassVar[str] = "ClientSeedRotated"
+    client_seed: str
+    reason: str
+
+
 ShoeEvent: TypeAlias = ShoeOpened | ShoeRetired | ShoeRevealed
 ModerationEvent: TypeAlias = PlayerMuted | PlayerUnmuted | PlayerRemoved
+MalfunctionEvent: TypeAlias = (
+    MalfunctionDeclared | TableSuspended | TableReopened | ClientSeedRotated
+)
 TableEvent: TypeAlias = (
-    TableCreated | PlayerSat | PlayerLeft | ShoeEvent | ModerationEvent | RoundEvent
+    TableCreated
+    | PlayerSat
+    | PlayerLeft
+    | ShoeEvent
+    | ModerationEvent
+    | MalfunctionEvent
+    | RoundEvent
 )
 TABLE_EVENT_TYPES: tuple[type[TableEvent], ...] = (
     TableCreated,
@@ -325,6 +391,10 @@ TABLE_EVENT_TYPES: tuple[type[TableEvent], ...] = (
     PlayerMuted,
     PlayerUnmuted,
     PlayerRemoved,
+    MalfunctionDeclared,
+    TableSuspended,
+    TableReopened,
+    ClientSeedRotated,
     *ROUND_EVENT_TYPES,
 )
 EVENT_TYPES: Mapping[str, type[TableEvent]] = {cls.type: cls for cls in TABLE_EVENT_TYPES}
@@ -477,6 +547,40 @@ class RemovePlayer:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class DeclareMalfunction:
+    """Void the rounds in scope, suspend the table, retire its shoe and reveal the seed.
+
+    `rounds` are the earlier rounds in scope as rebuilt from the log by the caller
+    (`domain.round.replay_round`), since the table keeps only its latest round; the current
+    round is taken from the table itself. `server_seed` is the open shoe's stored seed, or
+    None if it is lost: the shoe then retires unrevealed.
+    """
+
+    malfunction_id: str
+    reason: str
+    scope: MalfunctionScope
+    rounds: tuple[Round, ...] = ()
+    start: str | None = None
+    end: str | None = None
+    server_seed: str | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ReopenTable:
+    """Lift a malfunction's suspension, saying why play may resume."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class RotateClientSeed:
+    """Choose the client seed the table's next shoe opens with."""
+
+    client_seed: str
+    reason: str
+
+
 Command: TypeAlias = (
     CreateTable
     | SitDown
@@ -496,7 +600,26 @@ Command: TypeAlias = (
     | MutePlayer
     | UnmutePlayer
     | RemovePlayer
+    | DeclareMalfunction
+    | ReopenTable
+    | RotateClientSeed
 )
+
+# Play that a suspended table refuses; leaving, moderation and reading stay open.
+_PLAY: tuple[type, ...] = (
+    OpenRound,
+    PlaceBet,
+    RemoveBets,
+    Rebet,
+    PressDeal,
+    Pass,
+    CloseWindow,
+    DealCoup,
+    OpenShoe,
+)
+# Any valid seed: ByteStream checks the client seed by the spec's rule, and this one
+# never keys anything.
+_CHECKING_SEED = "0" * 64
 
 
 def decide(table: Table | None, command: Command, now: datetime) -> list[TableEvent]:
@@ -509,6 +632,11 @@ def decide(table: Table | None, command: Command, now: datetime) -> list[TableEv
         return [_table_created(command.table_id, command.settings)]
     if table is None:
         raise TableNotFound(f"no such table (rule {TableNotFound.rule})")
+    if table.suspended_by is not None and isinstance(command, _PLAY):
+        raise TableIsSuspended(
+            f"table {table.table_id} is suspended after malfunction {table.suspended_by} "
+            f"until ops reopen it (rule {TableIsSuspended.rule})"
+        )
     events: list[TableEvent] = []
     limits = table.settings.limits
     match command:
@@ -553,6 +681,11 @@ def decide(table: Table | None, command: Command, now: datetime) -> list[TableEv
                 )
             events.extend(void_round(latest, reason))
         case OpenShoe():
+            if table.next_client_seed not in (None, command.client_seed):
+                raise ClientSeedNotRotated(
+                    f"the next shoe at table {table.table_id} opens with the client seed ops "
+                    f"rotated in (rule {ClientSeedNotRotated.rule})"
+                )
             events.append(_open_shoe(table, command))
         case RetireShoe():
             events.append(_retire_shoe(table))
@@ -574,6 +707,19 @@ def decide(table: Table | None, command: Command, now: datetime) -> list[TableEv
             events.append(PlayerUnmuted(player_id))
         case RemovePlayer(player_id=player_id, reason=reason):
             events.extend(_remove(table, player_id, reason))
+        case DeclareMalfunction():
+            events.extend(_declare_malfunction(table, command))
+        case ReopenTable(reason=reason):
+            if table.suspended_by is None:
+                raise TableNotSuspended(
+                    f"table {table.table_id} is not suspended (rule {TableNotSuspended.rule})"
+                )
+            _require_reason(reason)
+            events.append(TableReopened(table.suspended_by, reason))
+        case RotateClientSeed(client_seed=client_seed, reason=reason):
+            _require_reason(reason)
+            ByteStream(_CHECKING_SEED, client_seed, 0)
+            events.append(ClientSeedRotated(client_seed, reason))
         case _:  # pragma: no cover
             raise AssertionError(f"unhandled command {command!r}")
     return events
@@ -748,6 +894,63 @@ def _reveal_shoe(table: Table, shoe_id: str, server_seed: str) -> ShoeRevealed:
     return ShoeRevealed(shoe_id, server_seed)
 
 
+def _require_reason(reason: str) -> None:
+    if not reason.strip():
+        raise MalfunctionNeedsAReason(
+            f"an operator's action on a table must say why (rule {MalfunctionNeedsAReason.rule})"
+        )
+
+
+def _declare_malfunction(table: Table, command: DeclareMalfunction) -> list[TableEvent]:
+    """Every step of a malfunction, in order: declare, void, suspend, retire and reveal."""
+    _require_reason(command.reason)
+    if (command.scope is MalfunctionScope.TIME_RANGE) != (
+        command.start is not None and command.end is not None
+    ):
+        raise MalfunctionScopeInvalid(
+            f"a time range scope, and only that, gives a start and an end "
+            f"(rule {MalfunctionScopeInvalid.rule})"
+        )
+    current = table.round
+    in_scope: dict[str, Round] = {r.round_id: r for r in command.rounds}
+    if command.scope is MalfunctionScope.CURRENT_ROUND:
+        if current is None:
+            raise MalfunctionScopeInvalid(
+                f"table {table.table_id} has no round to void (rule {MalfunctionScopeInvalid.rule})"
+            )
+        in_scope = {current.round_id: current}
+    elif current is not None and (current.round_id in in_scope or not current.is_over):
+        # A round still under way is voided whatever the scope: a suspended table cannot
+        # finish it, and its stakes must not stay on the layout. The table's own state of
+        # it is the latest.
+        in_scope[current.round_id] = current
+    voided = [
+        r for r in sorted(in_scope.values(), key=lambda r: r.number) if r.phase is not Phase.VOIDED
+    ]
+    events: list[TableEvent] = [
+        MalfunctionDeclared(
+            command.malfunction_id,
+            command.reason,
+            str(command.scope),
+            tuple(r.round_id for r in voided),
+            command.start,
+            command.end,
+        )
+    ]
+    why = f"malfunction {command.malfunction_id}: {command.reason}"
+    for round_ in voided:
+        events.extend(void_round(round_, why))
+    if table.suspended_by is None:
+        events.append(TableSuspended(command.malfunction_id, command.reason))
+    shoe = table.shoe
+    if shoe is not None and not shoe.retired:
+        events.append(ShoeRetired(shoe.shoe_id))
+    if shoe is not None and command.server_seed is not None:
+        retired = replace(table, shoe=replace(shoe, retired=True))
+        events.append(_reveal_shoe(retired, shoe.shoe_id, command.server_seed))
+    return events
+
+
 def _remove(table: Table, player_id: str, reason: str) -> list[TableEvent]:
     if player_id in table.removed:
         raise PlayerAlreadyRemoved(
@@ -797,6 +1000,14 @@ def evolve(table: Table | None, event: TableEvent) -> Table:
         return _with_seat(table, event.seat, None)
     if isinstance(event, ShoeOpened | ShoeRetired | ShoeRevealed):
         return _evolve_shoe(table, event)
+    if isinstance(event, TableSuspended):
+        return replace(table, suspended_by=event.malfunction_id)
+    if isinstance(event, TableReopened):
+        return replace(table, suspended_by=None)
+    if isinstance(event, ClientSeedRotated):
+        return replace(table, next_client_seed=event.client_seed)
+    if isinstance(event, MalfunctionDeclared):
+        return table
     if isinstance(event, PlayerMuted):
         return replace(table, muted=table.muted | {event.player_id})
     if isinstance(event, PlayerUnmuted):
@@ -833,7 +1044,7 @@ def _evolve_shoe(table: Table, event: ShoeOpened | ShoeRetired | ShoeRevealed) -
                 decks=event.decks,
                 hands=event.hands,
             )
-            return replace(table, shoe=shoe, shoes_opened=event.nonce)
+            return replace(table, shoe=shoe, shoes_opened=event.nonce, next_client_seed=None)
         case ShoeRetired():
             assert table.shoe is not None
             return replace(table, shoe=replace(table.shoe, retired=True))

@@ -11,6 +11,7 @@ and reveal when due, and the next round's opening, so the log never holds half a
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import uuid
 from collections import OrderedDict
@@ -74,6 +75,8 @@ from service.actor import Actor
 from service.appends import DEFAULT_ATTEMPTS, Prepared, Receipt, run_command
 from service.errors import RoundNotFound, TableNotFound
 from service.players import LimitCache
+from service.recovery import FAILPOINT as _FAILPOINT
+from service.recovery import PAUSE_BEFORE_DEAL_APPEND, failpoint
 from service.streams import (
     TABLE,
     DomainEvent,
@@ -609,7 +612,8 @@ class GameService:
         if new is None or new.nonce != nonce:
             new = _NewShoe(uuid.uuid4().hex, self._seeds(), nonce)
         plan.new_shoe = new
-        client_seed = self._client_seeds()
+        # A client seed ops rotated in (ClientSeedRotated) is the one this shoe must open with.
+        client_seed = table.next_client_seed or self._client_seeds()
         shuffled = new.seed.shuffle(client_seed, nonce, table.settings.decks)
         self._shoes.put(new.shoe_id, shuffled.cards)
         plan.run(
@@ -666,6 +670,8 @@ class GameService:
             # if the append then loses a race, the retry reuses this same shoe.
             self._store.store_shoe_secret(new_shoe.shoe_id, new_shoe.seed.reveal())
             new_shoe.stored = True
+        if _FAILPOINT in os.environ and any(isinstance(e, CardDrawn) for e in plan.table_events):
+            failpoint(PAUSE_BEFORE_DEAL_APPEND)  # test-only: see service/recovery.py
         table_id = plan.table_id
         stream = table_stream(table_id)
         opened = [e for e in plan.table_events if isinstance(e, RoundOpened)]

@@ -12,17 +12,24 @@ import atexit
 import logging
 import threading
 from dataclasses import dataclass
-from typing import Final
+from datetime import timedelta
+from typing import TYPE_CHECKING, Final
 
 from events.postgres import Pool, PostgresEventStore, app_conninfo, open_pool
 from events.projections import runner
 from events.store import utc_now
 from service.errors import NotFound
 from service.game import GameService, WindowScheduler
+from service.recovery import recover
 from service.scheduler import WINDOW_QUEUE, RqWindowScheduler
 from service.settings import Settings, SettingsError
 
+if TYPE_CHECKING:
+    from rq import Queue
+
 log = logging.getLogger(__name__)
+
+RECOVERY_INTERVAL: Final = timedelta(seconds=60)
 
 # One job at a time per worker process. A window job needs one connection (and a spare for a
 # slow release); a rebuild needs four: its lock, its writes and two read-ahead readers.
@@ -35,6 +42,7 @@ GONE: Final = "no such table or round"
 
 @dataclass(frozen=True, slots=True)
 class _Services:
+    store: PostgresEventStore
     games: GameService
     pool: Pool
 
@@ -86,6 +94,45 @@ def rebuild_projection(name: str) -> str:
     return f"rebuilt {name} up to {result.position}"
 
 
+def recover_interrupted_rounds() -> str:
+    """The periodic job: complete (or void) every round left due but undealt, then come again.
+
+    Safe to run any number of times, and by several workers: recovery appends with the
+    table's expected version, so a round is completed once whoever gets there first.
+    """
+    services = _built()
+    try:
+        recovered = recover(services.store, services.games, utc_now)
+    finally:
+        from rq import Queue, get_current_job
+        from rq.serializers import JSONSerializer
+
+        job = get_current_job()
+        if job is not None:
+            queue = Queue(job.origin, connection=job.connection, serializer=JSONSerializer)
+            schedule_recovery(queue, RECOVERY_INTERVAL)
+    for outcome in recovered:
+        log.warning(
+            "recovered round %s at table %s: %s", outcome.round_id, outcome.table_id, outcome.action
+        )
+    return f"recovered {len(recovered)} round(s)"
+
+
+def schedule_recovery(queue: Queue, delay: timedelta = RECOVERY_INTERVAL) -> None:
+    """Schedule the recovery job once per interval, whichever worker asks first."""
+    from rq import Retry
+
+    # One id per interval slot: workers starting together, or a run rescheduling itself,
+    # cannot pile up copies of the job.
+    slot = int((utc_now() + delay).timestamp() // RECOVERY_INTERVAL.total_seconds())
+    queue.enqueue_in(
+        delay,
+        recover_interrupted_rounds,
+        job_id=f"shoebox-recovery-{slot}",
+        retry=Retry(max=3, interval=[5, 15, 30]),
+    )
+
+
 def _built() -> _Services:
     global _services
     with _lock:
@@ -110,8 +157,9 @@ def _build(settings: Settings, queue_name: str) -> _Services:
         if settings.redis_url
         else None
     )
-    games = GameService(PostgresEventStore(pool, utc_now), utc_now, scheduler)
-    return _Services(games=games, pool=pool)
+    store = PostgresEventStore(pool, utc_now)
+    games = GameService(store, utc_now, scheduler)
+    return _Services(store=store, games=games, pool=pool)
 
 
 def reset() -> None:

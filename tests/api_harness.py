@@ -24,6 +24,7 @@ from service.chat import ChatService
 from service.game import GameService
 from service.keys import Role, create_key
 from service.problems import PROBLEM_MIMETYPE
+from service.projections import ProjectionService
 
 T0 = datetime(2024, 5, 3, 20, 0, tzinfo=UTC)
 CLIENT_SEED = "api-tests"
@@ -77,10 +78,18 @@ def expected_cards(seed: str, position: int, decks: int = 8) -> list[dict[str, A
 class Api:
     """The Flask app over one store and one hand-moved clock, with a key for every role."""
 
-    def __init__(self, store: EventStore | None = None, seeds: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        store: EventStore | None = None,
+        seeds: tuple[str, ...] = (),
+        projections: Callable[[Clock], ProjectionService] | None = None,
+    ) -> None:
         self.clock = Clock()
         self.store = store if store is not None else InMemoryEventStore(clock=self.clock)
-        self.app: Flask = create_app(store=self.store, clock=self.clock)
+        self.projections = projections(self.clock) if projections is not None else None
+        self.app: Flask = create_app(
+            store=self.store, clock=self.clock, projections=self.projections
+        )
         self.seeds = list(seeds)
         wiring = self.app.extensions[EXTENSION]
         assert isinstance(wiring, Container)

@@ -69,6 +69,7 @@ def serve(bind: str | None, workers: int, threads: int) -> None:
         if applied:
             click.echo(f"applied {len(applied)} migration(s)", err=True)
         wired = replace(settings, database_url=url)
+        _recover_interrupted_rounds(wired)
         # A connection per thread, and one over for the key ring's refresh between requests.
         pool_size = threads + 1
         click.echo(
@@ -78,6 +79,22 @@ def serve(bind: str | None, workers: int, threads: int) -> None:
             lambda: create_app(wired, pool_size=pool_size),
             gunicorn_options(address, workers, threads),
         ).run()
+
+
+def _recover_interrupted_rounds(settings: Settings) -> None:
+    """Complete, or void, any round a crash left due but undealt, before taking requests."""
+    from events.postgres import PostgresEventStore, app_conninfo, open_pool
+    from events.store import utc_now
+    from service.game import GameService
+    from service.recovery import recover_on_start
+
+    assert settings.database_url is not None
+    conninfo = settings.app_database_url or app_conninfo(settings.database_url, environ={})
+    with open_pool(conninfo, max_size=2) as pool:
+        store = PostgresEventStore(pool, utc_now)
+        recovered = recover_on_start(store, GameService(store, utc_now), utc_now)
+    if recovered:
+        click.echo(f"recovered {recovered} interrupted round(s)", err=True)
 
 
 commands: list[click.Command] = [serve]

@@ -2,6 +2,7 @@
 
 import logging
 from dataclasses import replace
+from datetime import timedelta
 
 import click
 
@@ -42,6 +43,8 @@ def worker(queue_name: str | None, burst: bool) -> None:
         # few milliseconds of PostgreSQL, and the pool and caches built by the first job serve
         # every later one.
         rq_worker = SimpleWorker([queue], connection=connection, serializer=JSONSerializer)
+        # Interrupted rounds are looked for now and then every minute (service/recovery.py).
+        jobs.schedule_recovery(queue, timedelta(0))
         click.echo(f"worker serving queue {queue.name!r} on {queue_url}", err=True)
         rq_worker.work(burst=burst, with_scheduler=True, logging_level="INFO")
 
