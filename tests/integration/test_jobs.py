@@ -229,3 +229,25 @@ def test_scheduler_stays_quiet_for_a_while_after_redis_fails(
     assert len(warned) == 2
     assert "round T1-1" in warned[0]
     assert "round T1-3" in warned[1]
+
+
+def test_the_periodic_recovery_job_deals_a_lapsed_round_and_schedules_its_next_run(
+    app_pool: Pool, queue: Queue, configured_jobs: None
+) -> None:
+    store = PostgresEventStore(app_pool, utc_now)
+    # No scheduler: nothing but the periodic recovery job will look at this table again.
+    games = GameService(store, utc_now)
+    table_id = f"T-{secrets.token_hex(4)}"
+    round_id = open_round(games, store, table_id)
+    time.sleep(WINDOW.total_seconds() + 0.2)
+
+    jobs.schedule_recovery(queue, timedelta(0))
+    burst(queue)
+
+    coups = store.read_all(types=["CoupCompleted"])
+    assert [event.payload["round_id"] for event in coups] == [round_id]
+    assert coups[0].metadata.actor == "recovery"
+    # It comes again in a minute's time, under that slot's id (the dealt round opened no
+    # new one: nobody is left to play it, so no window job is scheduled beside it).
+    scheduled = queue.scheduled_job_registry.get_job_ids()
+    assert [job_id for job_id in scheduled if job_id.startswith("shoebox-recovery-")], scheduled
