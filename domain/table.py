@@ -21,17 +21,17 @@ nonce and hand count; each coup is dealt from the open shoe at its next position
 before the reveal. Moderation (mute, removal) is a table fact too, since removal unseats.
 """
 
-import typing
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from enum import Enum, StrEnum
-from typing import Any, ClassVar, TypeAlias, TypeGuard
+from enum import StrEnum
+from typing import ClassVar, TypeAlias, TypeGuard
 
 from domain.cards import CARDS_PER_DECK, Card
 from domain.errors import DomainError
 from domain.limits import TableLimits
 from domain.outcome import Spot
+from domain.payloads import from_payload, to_payload
 from domain.round import (
     ROUND_EVENT_TYPES,
     Action,
@@ -1086,49 +1086,9 @@ def _remember_bets(seats: tuple[Seat | None, ...], settled: Round) -> tuple[Seat
 
 def event_payload(event: TableEvent) -> dict[str, object]:
     """The event's fields as JSON values: enums as their strings, tuples as lists."""
-    return {f.name: _json_value(getattr(event, f.name)) for f in fields(event)}
+    return to_payload(event)
 
 
 def event_from_payload(type_name: str, payload: Mapping[str, object]) -> TableEvent:
     """The event a stored `type` and payload describe; the inverse of `event_payload`."""
-    cls = EVENT_TYPES[type_name]
-    coercers = _COERCERS.get(type_name)
-    if coercers is None:
-        coercers = _COERCERS[type_name] = _coercers(cls)
-    return cls(**{name: coercers[name](value) for name, value in payload.items()})
-
-
-def _json_value(value: object) -> object:
-    if isinstance(value, Enum):
-        return str(value.value)
-    if isinstance(value, tuple):
-        return [_json_value(item) for item in value]
-    return value
-
-
-def _tupled(value: Any) -> Any:
-    if isinstance(value, list | tuple):
-        return tuple(_tupled(item) for item in value)
-    return value
-
-
-def _unchanged(value: Any) -> Any:
-    return value
-
-
-_Coercer: TypeAlias = typing.Callable[[Any], Any]
-# Filled on first use per event type, since reading type hints is slow and they never change.
-_COERCERS: dict[str, dict[str, _Coercer]] = {}
-
-
-def _coercers(cls: type[TableEvent]) -> dict[str, _Coercer]:
-    """Per field, how a JSON value becomes the field's type again."""
-    coercers: dict[str, _Coercer] = {}
-    for name, hint in typing.get_type_hints(cls).items():
-        if isinstance(hint, type) and issubclass(hint, Enum):
-            coercers[name] = hint
-        elif typing.get_origin(hint) is tuple:
-            coercers[name] = _tupled
-        else:
-            coercers[name] = _unchanged
-    return coercers
+    return from_payload(EVENT_TYPES[type_name], payload)

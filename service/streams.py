@@ -9,14 +9,12 @@ facts with the same name, told apart by the stream they live in.
 from __future__ import annotations
 
 import threading
-import typing
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import fields
-from enum import Enum
 from typing import Any, Generic, TypeAlias, TypeVar
 
 from domain.chat import CHAT_EVENT_TYPES, ChatEvent
+from domain.payloads import from_payload, to_payload
 from domain.player_limits import PLAYER_LIMIT_EVENT_TYPES, PlayerLimitEvent
 from domain.table import TABLE_EVENT_TYPES, Table, TableEvent, evolve
 from domain.wallet import WALLET_EVENT_TYPES, WalletEvent
@@ -84,8 +82,7 @@ def category_for(event: DomainEvent) -> str:
 
 def to_new_event(event: DomainEvent) -> NewEvent:
     """The stored form of a domain event: its type and its fields as JSON values."""
-    payload = {f.name: _json_value(getattr(event, f.name)) for f in fields(event)}
-    return NewEvent(type=event.type, payload=payload)  # type: ignore[arg-type]
+    return NewEvent(type=event.type, payload=to_payload(event))  # type: ignore[arg-type]
 
 
 def from_recorded(recorded: RecordedEvent) -> DomainEvent:
@@ -109,50 +106,8 @@ def decode(category: str, type_name: str, payload: Mapping[str, object]) -> Doma
     cls = _REGISTRY.get((category, type_name))
     if cls is None:
         raise KeyError(f"no event type {type_name!r} in {category!r} streams")
-    coercers = _coercers(cls)
-    event: DomainEvent = cls(**{name: coercers[name](value) for name, value in payload.items()})
+    event: DomainEvent = from_payload(cls, payload)
     return event
-
-
-def _json_value(value: object) -> object:
-    if isinstance(value, Enum):
-        return str(value.value)
-    if isinstance(value, tuple):
-        return [_json_value(item) for item in value]
-    return value
-
-
-def _tupled(value: Any) -> Any:
-    if isinstance(value, list | tuple):
-        return tuple(_tupled(item) for item in value)
-    return value
-
-
-def _unchanged(value: Any) -> Any:
-    return value
-
-
-_Coercer: TypeAlias = Callable[[Any], Any]
-# Reading type hints is slow and they never change, so each class's coercers are built once.
-_COERCERS: dict[type[Any], dict[str, _Coercer]] = {}
-
-
-def _coercers(cls: type[Any]) -> dict[str, _Coercer]:
-    found = _COERCERS.get(cls)
-    if found is not None:
-        return found
-    coercers: dict[str, _Coercer] = {}
-    for name, hint in typing.get_type_hints(cls).items():
-        if typing.get_origin(hint) is typing.ClassVar:
-            continue
-        if isinstance(hint, type) and issubclass(hint, Enum):
-            coercers[name] = hint
-        elif typing.get_origin(hint) is tuple:
-            coercers[name] = _tupled
-        else:
-            coercers[name] = _unchanged
-    _COERCERS[cls] = coercers
-    return coercers
 
 
 # Caches: the state of a stream at a version, so a load reads only the events after it.

@@ -1,0 +1,65 @@
+"""How a domain event becomes a JSON payload and back: the one codec every stream uses.
+
+Events are frozen dataclasses of str, int, bool, None, StrEnum and tuples of those; a payload
+holds the same values with enums as their strings and tuples as lists.
+"""
+
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import fields
+from enum import Enum
+from typing import Any, TypeAlias, TypeVar
+
+E = TypeVar("E")
+
+_Coercer: TypeAlias = Callable[[Any], Any]
+# Reading type hints is slow and they never change, so each class's coercers are built once.
+_COERCERS: dict[type[Any], dict[str, _Coercer]] = {}
+
+
+def to_payload(event: Any) -> dict[str, object]:
+    """A dataclass event's fields as JSON values."""
+    return {f.name: _json_value(getattr(event, f.name)) for f in fields(event)}
+
+
+def from_payload(cls: type[E], payload: Mapping[str, object]) -> E:
+    """The event of class `cls` that `to_payload` turned into `payload`."""
+    coercers = _coercers(cls)
+    return cls(**{name: coercers[name](value) for name, value in payload.items()})
+
+
+def _json_value(value: object) -> object:
+    if isinstance(value, Enum):
+        return str(value.value)
+    if isinstance(value, tuple):
+        return [_json_value(item) for item in value]
+    return value
+
+
+def _tupled(value: Any) -> Any:
+    if isinstance(value, list | tuple):
+        return tuple(_tupled(item) for item in value)
+    return value
+
+
+def _unchanged(value: Any) -> Any:
+    return value
+
+
+def _coercers(cls: type[Any]) -> dict[str, _Coercer]:
+    """Per field, how a JSON value becomes the field's type again."""
+    found = _COERCERS.get(cls)
+    if found is not None:
+        return found
+    coercers: dict[str, _Coercer] = {}
+    for name, hint in typing.get_type_hints(cls).items():
+        if typing.get_origin(hint) is typing.ClassVar:
+            continue
+        if isinstance(hint, type) and issubclass(hint, Enum):
+            coercers[name] = hint
+        elif typing.get_origin(hint) is tuple:
+            coercers[name] = _tupled
+        else:
+            coercers[name] = _unchanged
+    _COERCERS[cls] = coercers
+    return coercers
