@@ -34,6 +34,13 @@ AUTOMATIC_METHODS: Final = frozenset({"OPTIONS"})
 ViewFunction = TypeVar("ViewFunction", bound=Callable[..., Any])
 
 
+READERS: Final = (Role.FRONTEND, Role.OPS, Role.REGULATOR)
+"""Every role: what anyone with a key may read."""
+
+OVERSIGHT: Final = (Role.OPS, Role.REGULATOR)
+"""The roles that oversee the casino: what front ends may not read."""
+
+
 def roles(*allowed: Role) -> Callable[[ViewFunction], ViewFunction]:
     """Declare which roles may call a view method; documented as `x-roles` in the spec."""
     if not allowed:

@@ -26,14 +26,12 @@ from service.api.schemas import (
     resource,
     table_action,
 )
-from service.auth import roles
+from service.auth import READERS, roles
 from service.chat import ChatMessage
 from service.keys import Role
 from service.streams import chat_stream
 
 blp = resource("chat", __name__, "/tables", "Chat at a table, and its moderation.")
-
-READERS = (Role.FRONTEND, Role.OPS, Role.REGULATOR)
 
 
 class NewMessageSchema(ma.Schema):

@@ -8,15 +8,13 @@ from flask.views import MethodView
 
 from service.api import container, projections
 from service.api.schemas import TABLE_ID_PARAMETER, checked_id, resource
-from service.auth import roles
-from service.keys import Role
+from service.auth import OVERSIGHT, roles
 from service.problems import Problem
 from service.projections import LedgerLine
 
 blp = resource("ledger", __name__, "/tables", "The house ledger: wagered, paid out, hold, RTP.")
 
 # The house's books are for the operator and the regulator, not the players' front end.
-READERS = (Role.OPS, Role.REGULATOR)
 MAX_DAYS = 366
 
 
@@ -80,7 +78,7 @@ def _line(line: LedgerLine) -> dict[str, Any]:
 class Ledger(MethodView):
     """A table's house ledger."""
 
-    @roles(*READERS)
+    @roles(*OVERSIGHT)
     @blp.arguments(LedgerQuerySchema, location="query")
     @blp.response(200, LedgerSchema)
     def get(self, query: dict[str, Any], table_id: str) -> dict[str, Any]:

@@ -11,14 +11,13 @@ from rq.serializers import JSONSerializer
 from events.projections import runner
 from service.api import container, projections
 from service.api.schemas import resource
-from service.auth import roles
+from service.auth import OVERSIGHT, roles
 from service.keys import Role
 from service.problems import Problem
 from service.scheduler import WINDOW_QUEUE, redis_for_requests
 
 blp = resource("ops", __name__, "/ops", "Operations: read models' lag, rebuilds, invariants.")
 
-READERS = (Role.OPS, Role.REGULATOR)
 REBUILD_JOB: Final = "service.jobs.rebuild_projection"
 # A rebuild that cannot reach PostgreSQL is retried after these pauses (seconds).
 REBUILD_RETRY_INTERVALS: Final = (10, 30, 90)
@@ -103,7 +102,7 @@ class InvariantsSchema(ma.Schema):
 class Projections(MethodView):
     """The read models' progress."""
 
-    @roles(*READERS)
+    @roles(*OVERSIGHT)
     @blp.response(200, ProjectionsSchema)
     def get(self) -> dict[str, Any]:
         """Read each read model's checkpoint, the log's head, and the lag."""
@@ -176,7 +175,7 @@ class Rebuild(MethodView):
 class Invariants(MethodView):
     """Checks over the read models."""
 
-    @roles(*READERS)
+    @roles(*OVERSIGHT)
     @blp.response(200, InvariantsSchema)
     def get(self) -> dict[str, Any]:
         """Check money conservation and that every round paid by the rules."""

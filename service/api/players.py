@@ -21,14 +21,13 @@ from service.api.schemas import (
     pence_field,
     resource,
 )
-from service.auth import roles
+from service.auth import READERS, roles
 from service.keys import Role
 from service.players import RoundHistory
 from service.problems import domain_problem
 
 blp = resource("players", __name__, "/players", "Players: own bet limit, round history.")
 
-READERS = (Role.FRONTEND, Role.OPS, Role.REGULATOR)
 DEFAULT_ROUNDS = 20
 
 

@@ -14,14 +14,12 @@ from service.api.schemas import (
     path_parameter,
     resource,
 )
-from service.auth import roles
-from service.keys import Role
+from service.auth import READERS, roles
 from service.problems import Problem
 from service.projections import RoundRecord
 
 blp = resource("rounds", __name__, "", "Round history: bets, cards, outcome, money, voids.")
 
-READERS = (Role.FRONTEND, Role.OPS, Role.REGULATOR)
 ROUND_ID_PARAMETER = path_parameter("round_id", "The round's id.")
 
 

@@ -9,12 +9,13 @@ from domain.table import ClientSeedRotated
 from service.api import actor, container
 from service.api.schemas import (
     TABLE_ID_PARAMETER,
+    OpenedShoeSchema,
     checked_id,
     path_parameter,
     reason_field,
     resource,
 )
-from service.auth import roles
+from service.auth import READERS, roles
 from service.keys import Role
 from service.malfunctions import MalfunctionService
 from service.problems import Problem
@@ -24,19 +25,12 @@ from service.replay import NotInLogError, ShoeRecord, find_shoe, shoe_view, veri
 blp = resource("shoes", __name__, "", "Shoes: provably fair records and checks.")
 
 SHOE_ID_PARAMETER = path_parameter("shoe_id", "The shoe's id.")
-READERS = (Role.FRONTEND, Role.OPS, Role.REGULATOR)
 
 
-class ShoeSchema(ma.Schema):
+class ShoeSchema(OpenedShoeSchema):
     """A shoe's published facts; `server_seed` is null until the shoe has retired."""
 
-    shoe_id = ma.fields.String(required=True)
     table_id = ma.fields.String(required=True)
-    server_seed_hash = ma.fields.String(required=True)
-    client_seed = ma.fields.String(required=True)
-    nonce = ma.fields.Integer(required=True)
-    decks = ma.fields.Integer(required=True)
-    hands = ma.fields.Integer(required=True)
     hands_dealt = ma.fields.Integer(required=True)
     cards_dealt = ma.fields.Integer(required=True)
     cards_left = ma.fields.Integer(required=True)

@@ -7,16 +7,13 @@ from flask.views import MethodView
 
 from service.api import projections
 from service.api.schemas import TABLE_ID_PARAMETER, checked_id, resource
-from service.auth import roles
-from service.keys import Role
+from service.auth import READERS, roles
 from service.problems import Problem
 from service.projections import ALL_TIME, CURRENT_SHOE
 
 blp = resource(
     "statistics", __name__, "/tables", "Statistics: each table's roads and counts, read models."
 )
-
-READERS = (Role.FRONTEND, Role.OPS, Role.REGULATOR)
 
 
 class StatisticsQuerySchema(ma.Schema):

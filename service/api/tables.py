@@ -23,13 +23,11 @@ from service.api.schemas import (
     resource,
     table_settings,
 )
-from service.auth import roles
+from service.auth import READERS, roles
 from service.game import LiveState
 from service.keys import Role
 
 blp = resource("tables", __name__, "/tables", "Tables: settings and live state.")
-
-READERS = (Role.FRONTEND, Role.OPS, Role.REGULATOR)
 
 
 class TableListSchema(ma.Schema):

@@ -23,14 +23,12 @@ from service.api.schemas import (
     resource,
 )
 from service.appends import Receipt
-from service.auth import roles
+from service.auth import READERS, roles
 from service.keys import Role
 from service.streams import wallet_stream
 from service.wallets import Balance, StatementEntry
 
 blp = resource("wallets", __name__, "/wallets", "Wallets: movements by ops, balances.")
-
-READERS = (Role.FRONTEND, Role.OPS, Role.REGULATOR)
 
 
 class MovementSchema(ma.Schema):

@@ -10,7 +10,6 @@ import json
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -33,6 +32,7 @@ from events.store import EventMetadata
 from service.jobs import CLOSED
 from service.keys import Role, create_key
 from service.scheduler import window_job_id
+from tests.ports import free_port
 
 START_TIMEOUT_SECONDS = 30.0
 SHOEBOX = Path(sys.executable).with_name("shoebox")
@@ -51,13 +51,6 @@ HAND_CHECKED: dict[tuple[int, str], dict[str, tuple[int, int]]] = {
     (2_000, "banker"): {"player": (0, 0), "banker": (3_900, 100), "tie": (2_000, 0)},
 }
 BACCARAT_VALUE = {"A": 1, "T": 0, "J": 0, "Q": 0, "K": 0} | {str(n): n for n in range(2, 10)}
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,17 +20,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.ports import free_port
+
 SHOEBOX = Path(sys.executable).with_name("shoebox")
 START_TIMEOUT_SECONDS = 120.0
 STOP_TIMEOUT_SECONDS = 60.0
 KEY_LINE = re.compile(r"^  (frontend|ops|regulator) +(sbx_[A-Za-z0-9_-]{43})$", re.MULTILINE)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def processes_mentioning(text: str) -> list[str]:

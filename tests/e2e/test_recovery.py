@@ -35,7 +35,7 @@ from service.recovery import (
     FAILPOINT_MARKER,
     PAUSE_BEFORE_DEAL_APPEND,
 )
-from tests.e2e.test_serve import free_port
+from tests.ports import free_port
 
 SHOEBOX = Path(sys.executable).with_name("shoebox")
 START_TIMEOUT_SECONDS = 30.0

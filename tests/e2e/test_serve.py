@@ -3,7 +3,6 @@
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,16 +15,10 @@ import pytest
 from click.testing import CliRunner
 
 from service.cli import main
+from tests.ports import free_port
 
 START_TIMEOUT_SECONDS = 30.0
 SHOEBOX = Path(sys.executable).with_name("shoebox")
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def get(url: str, secret: str | None = None) -> tuple[int, dict[str, str], bytes]:
