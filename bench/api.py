@@ -47,8 +47,8 @@ from bench.common import Figure, render_table, rotations, server_url, throwaway_
 from events.migrations import apply_migrations  # noqa: E402
 from events.postgres import PostgresEventStore, open_pool  # noqa: E402
 from events.store import EventMetadata  # noqa: E402
-from service.commands.serve import DEFAULT_WORKERS  # noqa: E402
-from service.keys import Role, create_key  # noqa: E402
+from service.application.keys import Role, create_key  # noqa: E402
+from service.cli.serve import DEFAULT_WORKERS  # noqa: E402
 
 SHOEBOX: Final = _ROOT / ".venv" / "bin" / "shoebox"
 START_TIMEOUT_SECONDS: Final = 30.0
@@ -428,8 +428,8 @@ STAGES: Final = (
 def profile_bets(database_url: str, keys: Keys, table_id: str, bets: int) -> str:
     """cProfile of `bets` bets through the app built in this process, as a Markdown table."""
     # Imported here: the measurement itself never loads the app into the client's process.
-    from service.app import create_app
-    from service.settings import Settings
+    from service.runtime.settings import Settings
+    from service.web.app import create_app
 
     app = create_app(Settings(database_url=database_url), pool_size=2)
     client = app.test_client()

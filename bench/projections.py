@@ -13,8 +13,9 @@ carries a few thousand events over a few hundred streams, through PostgresEventS
 
 Contenders, each over the whole log, in turns within each repeat (median of R):
 - read: iter_all's batches decoded into RecordedEvents (JSON payloads parsed), nothing more;
-- read+codec: the same, and every event turned into its domain dataclass (service.streams);
-- rebuild: events.projections.runner.rebuild of all five read models, shadow tables, swap.
+- read+codec: the same, and every event turned into its domain dataclass
+  (service.application.streams);
+- rebuild: events.projections.projector.rebuild of all five read models, shadow tables, swap.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ from events.migrations import apply_migrations  # noqa: E402
 from events.postgres import Pool, PostgresEventStore, app_conninfo, open_pool  # noqa: E402
 from events.projections import runner  # noqa: E402
 from events.store import EventMetadata, StreamAppend  # noqa: E402
-from service.streams import DomainEvent, from_recorded, to_new_event  # noqa: E402
+from service.application.read_models import projector  # noqa: E402
+from service.application.streams import DomainEvent, from_recorded, to_new_event  # noqa: E402
 
 TABLES = 100
 SEATS = 7
@@ -175,7 +177,7 @@ def read_and_decode(pool: Pool) -> int:
 
 def rebuild_all(pool: Pool) -> int:
     """Rebuild every read model from position 0 and swap it in."""
-    result = runner.rebuild(pool)
+    result = projector.rebuild(pool)
     return result.position
 
 

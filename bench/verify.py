@@ -52,9 +52,9 @@ from domain.wallet import (
 )
 from events.canonical import chain_events
 from events.store import GENESIS_HASH, EventMetadata, RecordedEvent, StreamAppend
-from service.export import event_line, wallet_state
-from service.streams import table_stream, to_new_event, wallet_stream
-from service.verification import EXPORT_FORMAT, parse_lines, verify_file
+from service.application.streams import table_stream, to_new_event, wallet_stream
+from service.regulator.export import event_line, wallet_state
+from service.regulator.verification import EXPORT_FORMAT, parse_lines, verify_file
 
 START = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 DEPOSIT = 1_000_000_00

@@ -18,13 +18,14 @@ from domain.shoe import ServerSeed, shuffle_shoe
 from domain.tableau import deal_coup
 from events.memory import InMemoryEventStore
 from events.store import EventMetadata, EventStore
-from service.api import EXTENSION, Container
-from service.app import create_app
-from service.chat import ChatService
-from service.game import GameService
-from service.keys import Role, create_key
-from service.problems import PROBLEM_MIMETYPE
-from service.projections import ProjectionService
+from service.application.chat import ChatService
+from service.application.game.tables import GameService
+from service.application.keys import Role, create_key
+from service.application.read_models.queries import ProjectionService
+from service.runtime.container import Container
+from service.web.api import EXTENSION
+from service.web.app import create_app
+from service.web.problems import PROBLEM_MIMETYPE
 
 T0 = datetime(2024, 5, 3, 20, 0, tzinfo=UTC)
 CLIENT_SEED = "api-tests"

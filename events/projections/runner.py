@@ -34,27 +34,15 @@ from events.postgres import (
     open_pool,
 )
 from events.projections.base import LIVE, SHADOW, Projection
-from events.projections.ledger import LedgerProjection
-from events.projections.players import PlayersProjection
-from events.projections.rounds import RoundsProjection
-from events.projections.statistics import StatisticsProjection
-from events.projections.wallets import WalletsProjection
 from events.store import Clock, RecordedEvent, to_utc, utc_now
 from events.subscription import CatchUpSubscription
 from events.upcasting import Upcasters
 
 _logger = logging.getLogger(__name__)
 
-PROJECTIONS: Final[tuple[type[Projection], ...]] = (
-    WalletsProjection,
-    RoundsProjection,
-    StatisticsProjection,
-    PlayersProjection,
-    LedgerProjection,
-)
-"""Every read model, in the order a rebuild of all of them applies each batch."""
+Catalogue = Sequence[type[Projection]]
+"""The read models a caller runs: the concrete ones live with the service, not in events/."""
 
-NAMES: Final = tuple(p.name for p in PROJECTIONS)
 LIVE_BATCH: Final = 1000
 REBUILD_BATCH: Final = 20_000
 
@@ -78,17 +66,9 @@ WHERE c.subscription = %s
 _HEAD_EVENT = "SELECT position, recorded_at FROM events ORDER BY position DESC LIMIT 1"
 
 
-def projection_class(name: str) -> type[Projection]:
-    """The read model called `name`; ValueError names the known ones if there is none."""
-    for cls in PROJECTIONS:
-        if cls.name == name:
-            return cls
-    raise ValueError(f"no projection {name!r}; the projections are {', '.join(NAMES)}")
-
-
 def subscriptions(
     pool: Pool,
-    names: Iterable[str] = NAMES,
+    projections: Catalogue,
     *,
     poll_interval: float = 5.0,
     listen: bool = True,
@@ -97,8 +77,8 @@ def subscriptions(
 ) -> list[CatchUpSubscription]:
     """One catch-up subscription per named projection, each checkpointed under its name."""
     found: list[CatchUpSubscription] = []
-    for name in names:
-        projection = projection_class(name)(LIVE)
+    for cls in projections:
+        projection = cls(LIVE)
         found.append(
             CatchUpSubscription(
                 pool,
@@ -114,9 +94,9 @@ def subscriptions(
     return found
 
 
-def catch_up(pool: Pool, names: Iterable[str] = NAMES) -> int:
-    """Bring the named projections up to the log's head now; the events handed to them."""
-    return sum(s.run_until_caught_up() for s in subscriptions(pool, names, listen=False))
+def catch_up(pool: Pool, projections: Catalogue) -> int:
+    """Bring the projections up to the log's head now; the events handed to them."""
+    return sum(s.run_until_caught_up() for s in subscriptions(pool, projections, listen=False))
 
 
 class Projector:
@@ -171,14 +151,15 @@ class RebuildResult:
 
 def rebuild(
     pool: Pool,
-    names: Iterable[str] = NAMES,
+    projections: Catalogue,
     *,
     batch_size: int = REBUILD_BATCH,
     clock: Clock = utc_now,
 ) -> RebuildResult:
-    """Rebuild the named projections from position 0 beside the live ones; swap them in."""
-    chosen = tuple(sorted(dict.fromkeys(names)))
-    shadows = [projection_class(name)(SHADOW) for name in chosen]
+    """Rebuild the projections from position 0 beside the live ones; swap them in."""
+    classes = {cls.name: cls for cls in projections}
+    chosen = tuple(sorted(classes))
+    shadows = [classes[name](SHADOW) for name in chosen]
     with pool.connection() as lock:
         # Two rebuilds of one projection would drop each other's shadow tables: the second
         # waits for the first, then rebuilds again (harmlessly: the result is the same rows).
@@ -212,18 +193,18 @@ def _rebuild(
     # those events; each such group in a process of its own (spawned, as a process with open
     # connections and threads must not fork), since folding is Python work that one
     # interpreter's lock would otherwise serialise. One group needs no process.
-    groups: dict[tuple[str, ...], list[str]] = {}
+    groups: dict[tuple[str, ...], list[type[Projection]]] = {}
     for projection in shadows:
-        groups.setdefault(tuple(sorted(projection.categories)), []).append(projection.name)
+        groups.setdefault(tuple(sorted(projection.categories)), []).append(type(projection))
     if len(groups) == 1:
-        (names,) = groups.values()
-        handled = fill_shadows(target, tuple(names), batch_size, built)
+        (classes_of_group,) = groups.values()
+        handled = fill_shadows(target, tuple(classes_of_group), batch_size, built)
     else:
         spawn = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(len(groups), mp_context=spawn) as processes:
             fills = [
-                processes.submit(fill_shadows, target, tuple(names), batch_size, built)
-                for names in groups.values()
+                processes.submit(fill_shadows, target, tuple(group), batch_size, built)
+                for group in groups.values()
             ]
             handled = sum(fill.result() for fill in fills)
     with pool.connection() as conn, conn.transaction():
@@ -244,7 +225,9 @@ def _rebuild(
     return RebuildResult(chosen, handled, head)
 
 
-def fill_shadows(conninfo: str, names: tuple[str, ...], batch_size: int, built: int) -> int:
+def fill_shadows(
+    conninfo: str, projections: tuple[type[Projection], ...], batch_size: int, built: int
+) -> int:
     """Fill the named models' shadow tables from the log up to `built`; the events read.
 
     One pass over the events of the models' categories feeds every shadow. Each shadow is
@@ -252,7 +235,8 @@ def fill_shadows(conninfo: str, names: tuple[str, ...], batch_size: int, built: 
     the server while another folds in Python; each batch commits on its own, since a shadow is
     invisible to readers until the swap whatever state it is in.
     """
-    shadows = [projection_class(name)(SHADOW) for name in names]
+    # Classes reach a spawned process by reference: their module is imported there.
+    shadows = [cls(SHADOW) for cls in projections]
     categories = sorted({c for p in shadows for c in p.categories})
     handled = 0
     # Two read-ahead connections, and one a model.
@@ -329,7 +313,7 @@ class ProjectionStatus:
     lag_seconds: float
 
 
-def status(pool: Pool, now: datetime, names: Iterable[str] = NAMES) -> list[ProjectionStatus]:
+def status(pool: Pool, now: datetime, names: Iterable[str]) -> list[ProjectionStatus]:
     """Each projection's checkpoint, the log's head, and the lag in events and seconds.
 
     The lag in seconds is how long the oldest event it has not applied has been in the log

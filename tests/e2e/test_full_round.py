@@ -29,9 +29,9 @@ from rq.serializers import JSONSerializer
 
 from events.postgres import PostgresEventStore, open_pool
 from events.store import EventMetadata
-from service.jobs import CLOSED
-from service.keys import Role, create_key
-from service.scheduler import window_job_id
+from service.application.keys import Role, create_key
+from service.runtime.jobs import CLOSED
+from service.runtime.scheduler import window_job_id
 from tests.ports import free_port
 
 START_TIMEOUT_SECONDS = 30.0

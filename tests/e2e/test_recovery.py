@@ -4,7 +4,8 @@ The deal request is held just before its append by the test-only failpoint of
 service/recovery.py (armed by two environment variables, one of them a consent sentence), so
 the kill lands exactly mid-deal: every player has acted, the coup is decided, nothing is
 written. After the kill the round is due but undealt; the restarted server's start-up
-recovery (`service.recovery.recover`, also `shoebox recover` and the worker's periodic job)
+recovery (`service.application.game.recovery.recover`, also `shoebox recover` and the
+worker's periodic job)
 deals it from the committed shoe before taking requests.
 """
 
@@ -28,7 +29,7 @@ from typing import Any
 from click.testing import CliRunner
 
 from service.cli import main
-from service.recovery import (
+from service.runtime.failpoints import (
     CONSENT,
     FAILPOINT,
     FAILPOINT_CONSENT,

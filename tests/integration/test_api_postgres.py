@@ -8,10 +8,11 @@ from werkzeug.test import TestResponse
 
 from domain.outcome import Outcome
 from events.postgres import Pool, PostgresEventStore
-from events.projections import runner
-from service.api import EXTENSION, Container
-from service.keys import Role
-from service.projections import ProjectionService
+from service.application.keys import Role
+from service.application.read_models import projector
+from service.application.read_models.queries import ProjectionService
+from service.runtime.container import Container
+from service.web.api import EXTENSION
 from tests.api_harness import FLOAT, Api, seed_dealing
 
 THREADS = 8
@@ -116,9 +117,9 @@ def test_read_endpoints_answer_from_the_read_models(app_pool: Pool) -> None:
     # Nothing is projected yet: a read model lags the log until the projector applies it.
     assert api.ok("GET", "/v1/wallets/alice")["version"] == 0
     lag = api.ok("GET", "/v1/ops/projections", role=Role.OPS)
-    assert {p["name"] for p in lag["projections"]} == set(runner.NAMES)
+    assert {p["name"] for p in lag["projections"]} == set(projector.NAMES)
     assert all(p["lag_events"] == lag["head"] for p in lag["projections"])
-    runner.catch_up(app_pool)
+    projector.catch_up(app_pool)
 
     assert api.available("alice") == FLOAT + 950
     statement = api.ok("GET", "/v1/wallets/alice/statement")["entries"]

@@ -9,12 +9,12 @@ from flask.views import MethodView
 
 from events.postgres import Pool, PostgresEventStore
 from events.store import ConcurrencyConflict, EventMetadata, NewEvent, StreamAppend
-from service.api import Blueprint, actor, container
-from service.app import create_app
-from service.auth import roles
-from service.idempotency import REPLAYED_HEADER
-from service.keys import Role, create_key
-from service.settings import Settings
+from service.application.keys import Role, create_key
+from service.runtime.settings import Settings
+from service.web.api import Blueprint, actor, container
+from service.web.app import create_app
+from service.web.auth import roles
+from service.web.idempotency import REPLAYED_HEADER
 
 OPERATOR = EventMetadata(actor="cli:test", role="cli")
 THREADS = 8

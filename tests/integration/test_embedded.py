@@ -23,7 +23,7 @@ from service.embedded import (
     ServerBinaryNotFoundError,
     ServerStartTimeoutError,
 )
-from service.settings import Settings, SettingsError
+from service.runtime.settings import Settings, SettingsError
 
 
 def count_coups(url: str) -> int:

@@ -10,10 +10,10 @@ from domain.outcome import Spot
 from domain.table import TableSettings
 from domain.wallet import InsufficientFunds
 from events.postgres import Pool, PostgresEventStore
-from service.actor import Actor
-from service.errors import Conflict
-from service.game import GameService
-from service.wallets import WalletService
+from service.application.actor import Actor
+from service.application.errors import Conflict
+from service.application.game.tables import GameService
+from service.application.wallets import WalletService
 
 NOW = datetime(2024, 5, 3, 20, 0, tzinfo=UTC)
 OPS = Actor("ops-1", "ops")

@@ -8,10 +8,11 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from events.postgres import Pool, PostgresEventStore
-from events.projections import runner
-from service.api import EXTENSION, Container
-from service.keys import Role
-from service.projections import ProjectionService
+from service.application.keys import Role
+from service.application.read_models import projector
+from service.application.read_models.queries import ProjectionService
+from service.runtime.container import Container
+from service.web.api import EXTENSION
 from tests.api_harness import Api
 from tests.integration.test_projections import SteppingClock, play_session
 
@@ -29,7 +30,7 @@ def api_with_read_models(pool: Pool) -> Api:
 
 def test_invariants_hold_after_a_random_session_with_voids(app_pool: Pool) -> None:
     play_session(app_pool, rounds=80, seed=7, voids=5)
-    runner.catch_up(app_pool)
+    projector.catch_up(app_pool)
     report = api_with_read_models(app_pool).ok("GET", "/v1/ops/invariants", role=Role.REGULATOR)
     assert report["violations"] == []
     assert report["ok"]
@@ -48,7 +49,7 @@ def test_invariants_hold_after_a_random_session_with_voids(app_pool: Pool) -> No
 
 def test_invariants_name_a_round_paid_against_the_rules(app_pool: Pool) -> None:
     play_session(app_pool, rounds=10, seed=3, voids=0)
-    runner.catch_up(app_pool)
+    projector.catch_up(app_pool)
     with app_pool.connection() as conn:
         row = conn.execute(
             "SELECT round_id, bets FROM proj_rounds WHERE outcome IS NOT NULL"
@@ -69,7 +70,7 @@ def test_invariants_name_a_round_paid_against_the_rules(app_pool: Pool) -> None:
 
 def test_money_conservation_is_not_judged_between_positions(app_pool: Pool) -> None:
     play_session(app_pool, rounds=6, seed=1, voids=0)
-    runner.catch_up(app_pool, ["wallets", "rounds"])
+    projector.catch_up(app_pool, ["wallets", "rounds"])
     report = ProjectionService(app_pool, SteppingClock()).invariants()
     assert not report.comparable
     assert not report.ok

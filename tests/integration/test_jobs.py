@@ -17,17 +17,17 @@ from domain.outcome import Spot
 from domain.table import TableSettings
 from events.postgres import Pool, PostgresEventStore
 from events.store import utc_now
-from service import jobs
-from service.actor import Actor
-from service.game import GameService
-from service.scheduler import (
+from service.application.actor import Actor
+from service.application.game.tables import GameService
+from service.application.wallets import WalletService
+from service.runtime import jobs
+from service.runtime.scheduler import (
     CLOSE_WINDOW_JOB,
     RqWindowScheduler,
     redis_for_requests,
     window_job_id,
 )
-from service.settings import Settings
-from service.wallets import WalletService
+from service.runtime.settings import Settings
 
 OPS = Actor("ops-1", "ops")
 FRONTEND = Actor("frontend-1", "frontend")
@@ -195,11 +195,11 @@ def test_scheduling_on_a_dead_redis_logs_and_the_bet_still_succeeds(
     table_id = f"T-{secrets.token_hex(4)}"
 
     started = time.monotonic()
-    with caplog.at_level(logging.WARNING, logger="service.scheduler"):
+    with caplog.at_level(logging.WARNING, logger="service.runtime.scheduler"):
         round_id = open_round(games, store, table_id)
     assert time.monotonic() - started < 5
 
-    (warning,) = [r.getMessage() for r in caplog.records if r.name == "service.scheduler"]
+    (warning,) = [r.getMessage() for r in caplog.records if r.name == "service.runtime.scheduler"]
     assert warning.startswith(f"could not schedule the window of round {round_id} at table")
     assert warning.endswith("it will close on the table's next request instead")
     assert len(store.read_all(types=["BetPlaced"])) == 1
@@ -219,13 +219,13 @@ def test_scheduler_stays_quiet_for_a_while_after_redis_fails(
         monotonic=lambda: now[0],
     )
     deadline = datetime.now(UTC) + timedelta(seconds=15)
-    with caplog.at_level(logging.WARNING, logger="service.scheduler"):
+    with caplog.at_level(logging.WARNING, logger="service.runtime.scheduler"):
         scheduler.schedule_window_close("T1", "T1-1", deadline)
         now[0] += 4.9
         scheduler.schedule_window_close("T1", "T1-2", deadline)
         now[0] += 0.2
         scheduler.schedule_window_close("T1", "T1-3", deadline)
-    warned = [r.getMessage() for r in caplog.records if r.name == "service.scheduler"]
+    warned = [r.getMessage() for r in caplog.records if r.name == "service.runtime.scheduler"]
     assert len(warned) == 2
     assert "round T1-1" in warned[0]
     assert "round T1-3" in warned[1]

@@ -6,8 +6,8 @@ import psycopg
 from click.testing import CliRunner, Result
 
 from events.postgres import Pool, PostgresEventStore
+from service.application.keys import KeyRing, hash_key
 from service.cli import main
-from service.keys import KeyRing, hash_key
 
 
 def keys(database: str, *arguments: str) -> Result:

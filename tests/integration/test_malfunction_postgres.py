@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 from domain.outcome import Outcome
 from events.canonical import verify_chain
 from events.postgres import Pool, PostgresEventStore
-from service.export import build_export
-from service.keys import Role
-from service.verification import verify_export
+from service.application.keys import Role
+from service.regulator.export import build_export
+from service.regulator.verification import verify_export
 from tests.api_harness import FLOAT, Api, seed_dealing
 
 EARLY = datetime(2000, 1, 1, tzinfo=UTC)

@@ -4,12 +4,12 @@ from domain.outcome import Spot
 from domain.round import RoundSettled
 from domain.table import MalfunctionScope, TableSettings
 from events.postgres import Pool, PostgresEventStore
-from events.projections import runner
-from service.actor import Actor
-from service.game import GameService
-from service.malfunctions import MalfunctionService, Scope
-from service.projections import ProjectionService
-from service.wallets import WalletService
+from service.application.actor import Actor
+from service.application.game.tables import GameService
+from service.application.malfunctions import MalfunctionService, Scope
+from service.application.read_models import projector
+from service.application.read_models.queries import ProjectionService
+from service.application.wallets import WalletService
 from tests.integration.test_projections import SteppingClock
 
 OPS = Actor("ops-1", "ops")
@@ -41,7 +41,7 @@ def test_voided_rounds_leave_the_roads_and_the_ledger_and_balances_stay_exact(
     MalfunctionService(store, clock).declare(
         "T1", "card reader fault", Scope(MalfunctionScope.ROUNDS, tuple(voided)), OPS
     )
-    runner.catch_up(app_pool)
+    projector.catch_up(app_pool)
     projected = ProjectionService(app_pool, clock)
 
     for player in ("alice", "bob"):

@@ -15,10 +15,11 @@ from werkzeug.test import TestResponse
 from domain.cards import card_code
 from domain.shoe import commitment, shuffle_shoe
 from events.postgres import Pool, PostgresEventStore
-from service.api import EXTENSION, Container
-from service.auth import endpoint_roles
-from service.keys import Role
-from service.projections import ProjectionService
+from service.application.keys import Role
+from service.application.read_models.queries import ProjectionService
+from service.runtime.container import Container
+from service.web.api import EXTENSION
+from service.web.auth import endpoint_roles
 from tests.api_harness import Api
 
 PLAYERS = ("alice", "bob")

@@ -17,19 +17,19 @@ from domain.wallet import SettlementReversed as WalletReversed
 from domain.wallet import StakeReturned as WalletReturned
 from domain.wallet import WalletEvent
 from events.postgres import Pool, PostgresEventStore
-from events.projections import runner
 from events.projections.base import Projection
 from events.store import EventMetadata, StreamAppend
-from service.actor import Actor
-from service.game import GameService
-from service.projections import ProjectionService
-from service.streams import (
+from service.application.actor import Actor
+from service.application.game.tables import GameService
+from service.application.read_models import projector as read_models
+from service.application.read_models.queries import ProjectionService
+from service.application.streams import (
     from_recorded_as,
     table_stream,
     to_new_event,
     wallet_stream,
 )
-from service.wallets import WalletService
+from service.application.wallets import WalletService
 
 OPS = Actor("ops-1", "ops")
 FRONTEND = Actor("frontend-1", "frontend")
@@ -130,12 +130,12 @@ def play_session(pool: Pool, rounds: int, seed: int, voids: int = 3) -> list[str
 
 def _dumps(pool: Pool, projection: type[Projection]) -> dict[str, list[tuple[object, ...]]]:
     with pool.connection() as conn:
-        return {table: runner.table_dump(conn, table) for table in projection.tables}
+        return {table: read_models.table_dump(conn, table) for table in projection.tables}
 
 
 def test_balances_agree_to_the_penny_with_the_table_service(app_pool: Pool) -> None:
     players = play_session(app_pool, rounds=60, seed=5)
-    runner.catch_up(app_pool)
+    read_models.catch_up(app_pool)
     projected = ProjectionService(app_pool, SteppingClock())
     wallets = WalletService(PostgresEventStore(app_pool), SteppingClock())
     for player in players:
@@ -146,12 +146,12 @@ def test_balances_agree_to_the_penny_with_the_table_service(app_pool: Pool) -> N
 def test_rebuilt_tables_equal_the_incrementally_built_ones(app_pool: Pool) -> None:
     play_session(app_pool, rounds=40, seed=11, voids=4)
     # Small batches: the live models are built in many steps, each across batch boundaries.
-    for subscription in runner.subscriptions(app_pool, listen=False, batch_size=7):
+    for subscription in read_models.subscriptions(app_pool, listen=False, batch_size=7):
         subscription.run_until_caught_up()
-    live = {p.name: _dumps(app_pool, p) for p in runner.PROJECTIONS}
-    result = runner.rebuild(app_pool, batch_size=50)
-    assert set(result.names) == set(runner.NAMES)
-    rebuilt = {p.name: _dumps(app_pool, p) for p in runner.PROJECTIONS}
+    live = {p.name: _dumps(app_pool, p) for p in read_models.PROJECTIONS}
+    result = read_models.rebuild(app_pool, batch_size=50)
+    assert set(result.names) == set(read_models.NAMES)
+    rebuilt = {p.name: _dumps(app_pool, p) for p in read_models.PROJECTIONS}
     assert rebuilt == live
     assert all(rows for tables in live.values() for rows in tables.values())
 
@@ -159,7 +159,7 @@ def test_rebuilt_tables_equal_the_incrementally_built_ones(app_pool: Pool) -> No
 def test_twin_projectors_never_apply_a_batch_twice(app_pool: Pool) -> None:
     play_session(app_pool, rounds=30, seed=21, voids=2)
     twins = [
-        runner.subscriptions(app_pool, listen=False, batch_size=5, poll_interval=0.05)
+        read_models.subscriptions(app_pool, listen=False, batch_size=5, poll_interval=0.05)
         for _ in range(3)
     ]
     threads = [
@@ -170,19 +170,21 @@ def test_twin_projectors_never_apply_a_batch_twice(app_pool: Pool) -> None:
         thread.start()
     for thread in threads:
         thread.join()
-    racing = {p.name: _dumps(app_pool, p) for p in runner.PROJECTIONS}
-    runner.rebuild(app_pool)
-    assert {p.name: _dumps(app_pool, p) for p in runner.PROJECTIONS} == racing
+    racing = {p.name: _dumps(app_pool, p) for p in read_models.PROJECTIONS}
+    read_models.rebuild(app_pool)
+    assert {p.name: _dumps(app_pool, p) for p in read_models.PROJECTIONS} == racing
 
 
 def test_a_rebuild_beside_a_live_projector_swaps_in_with_the_events_that_came_meanwhile(
     app_pool: Pool,
 ) -> None:
     play_session(app_pool, rounds=20, seed=8, voids=1)
-    projector = runner.Projector(runner.subscriptions(app_pool, poll_interval=0.05))
+    projector = read_models.Projector(read_models.subscriptions(app_pool, poll_interval=0.05))
     projector.start()
     try:
-        rebuilds = [threading.Thread(target=runner.rebuild, args=(app_pool,)) for _ in range(2)]
+        rebuilds = [
+            threading.Thread(target=read_models.rebuild, args=(app_pool,)) for _ in range(2)
+        ]
         for rebuild in rebuilds:
             rebuild.start()
         WalletService(PostgresEventStore(app_pool), SteppingClock()).deposit(
@@ -198,6 +200,6 @@ def test_a_rebuild_beside_a_live_projector_swaps_in_with_the_events_that_came_me
         assert reads.balance("late").available == 1_234
     finally:
         projector.stop()
-    live = {p.name: _dumps(app_pool, p) for p in runner.PROJECTIONS}
-    runner.rebuild(app_pool)
-    assert {p.name: _dumps(app_pool, p) for p in runner.PROJECTIONS} == live
+    live = {p.name: _dumps(app_pool, p) for p in read_models.PROJECTIONS}
+    read_models.rebuild(app_pool)
+    assert {p.name: _dumps(app_pool, p) for p in read_models.PROJECTIONS} == live

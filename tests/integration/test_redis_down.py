@@ -15,15 +15,16 @@ from rq import Queue, SimpleWorker
 from rq.serializers import JSONSerializer
 
 from events.postgres import Pool, PostgresEventStore
-from events.projections import runner
-from service import jobs
-from service.api import EXTENSION, Container
+from service.application.game.tables import GameService
+from service.application.keys import Role
+from service.application.read_models import projector as read_models
+from service.application.read_models.queries import ProjectionService
 from service.embedded import _redis_server_binary
-from service.game import GameService
-from service.keys import Role
-from service.projections import ProjectionService
-from service.scheduler import WINDOW_QUEUE, RqWindowScheduler, redis_for_requests
-from service.settings import Settings
+from service.runtime import jobs
+from service.runtime.container import Container
+from service.runtime.scheduler import WINDOW_QUEUE, RqWindowScheduler, redis_for_requests
+from service.runtime.settings import Settings
+from service.web.api import EXTENSION
 from tests.api_harness import Api
 
 POLL = 0.2
@@ -112,7 +113,7 @@ def test_bets_go_on_and_read_models_keep_up_while_redis_is_down_then_jobs_queue_
     queue = Queue(
         WINDOW_QUEUE, connection=redis.Redis.from_url(private_redis.url), serializer=JSONSerializer
     )
-    projector = runner.Projector(runner.subscriptions(app_pool, poll_interval=POLL))
+    projector = read_models.Projector(read_models.subscriptions(app_pool, poll_interval=POLL))
     projector.start()
     try:
         api.create_table("T1")

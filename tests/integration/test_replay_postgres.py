@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from domain.outcome import Outcome
 from events.postgres import Pool, PostgresEventStore
-from service.keys import Role
+from service.application.keys import Role
 from tests.api_harness import FLOAT, Api, seed_dealing
 
 

@@ -4,9 +4,9 @@ from datetime import timedelta
 
 import pytest
 
-from service import idempotency
-from service.idempotency import REPLAYED_HEADER
-from service.keys import Role
+from service.application.keys import Role
+from service.web import idempotency
+from service.web.idempotency import REPLAYED_HEADER
 from tests.api_harness import FLOAT, T0, Api
 
 

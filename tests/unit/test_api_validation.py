@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from service.keys import Role
+from service.application.keys import Role
 from tests.api_harness import Api
 
 

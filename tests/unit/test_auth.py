@@ -11,10 +11,7 @@ from werkzeug.routing import Rule
 
 from events.memory import InMemoryEventStore
 from events.store import EventMetadata, RecordedEvent
-from service.api import Blueprint
-from service.app import create_app
-from service.auth import bearer_secret, check_roles_declared, endpoint_roles, roles, routes
-from service.keys import (
+from service.application.keys import (
     ALL_ROLES,
     KEY_PREFIX,
     ApiKeyAlreadyRevoked,
@@ -27,7 +24,10 @@ from service.keys import (
     list_keys,
     revoke_key,
 )
-from service.problems import PROBLEM_MIMETYPE
+from service.web.api import Blueprint
+from service.web.app import create_app
+from service.web.auth import bearer_secret, check_roles_declared, endpoint_roles, roles, routes
+from service.web.problems import PROBLEM_MIMETYPE
 
 NOW = datetime(2025, 3, 7, 12, 0, tzinfo=UTC)
 OPERATOR = EventMetadata(actor="cli:test", role="cli")

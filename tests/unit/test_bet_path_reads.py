@@ -10,11 +10,11 @@ from domain.outcome import Spot
 from domain.table import TableSettings
 from events.memory import InMemoryEventStore
 from events.store import Idempotency, IdempotencyRecord, RecordedEvent
-from service.actor import Actor
-from service.appends import note_looked_up
-from service.game import GameService
-from service.players import PlayerService
-from service.wallets import WalletService
+from service.application.actor import Actor
+from service.application.appends import note_looked_up
+from service.application.game.tables import GameService
+from service.application.players import PlayerService
+from service.application.wallets import WalletService
 
 T0 = datetime(2024, 5, 3, 20, 0, tzinfo=UTC)
 OPS = Actor("ops-1", "ops")

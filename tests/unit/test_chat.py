@@ -17,10 +17,10 @@ from domain.chat import (
 from domain.round_errors import PlayerNotMuted
 from domain.table import TableSettings
 from events.memory import InMemoryEventStore
-from service.actor import Actor
-from service.chat import ChatService
-from service.errors import TableNotFound
-from service.game import GameService
+from service.application.actor import Actor
+from service.application.chat import ChatService
+from service.application.errors import TableNotFound
+from service.application.game.tables import GameService
 
 NOW = datetime(2024, 5, 3, 20, 0, tzinfo=UTC)
 OPS = Actor("ops-1", "ops")

@@ -4,7 +4,7 @@ from click.testing import CliRunner
 
 from domain.cards import card_code
 from domain.shoe import shuffle_shoe
-from service.commands import game
+from service.cli import game
 
 SEED_A = "a" * 64
 REPLAY_VECTOR_2 = [

@@ -39,14 +39,14 @@ from events.store import (
     IdempotencyKeyReused,
     StreamAppend,
 )
-from service.actor import Actor
-from service.appends import Receipt
-from service.chat import ChatService
-from service.errors import Conflict, TableNotFound
-from service.game import IDLE, GameService
-from service.players import PlayerService
-from service.streams import DomainEvent
-from service.wallets import WalletService
+from service.application.actor import Actor
+from service.application.appends import Receipt
+from service.application.chat import ChatService
+from service.application.errors import Conflict, TableNotFound
+from service.application.game.tables import IDLE, GameService
+from service.application.players import PlayerService
+from service.application.streams import DomainEvent
+from service.application.wallets import WalletService
 
 T0 = datetime(2024, 5, 3, 20, 0, tzinfo=UTC)
 CLIENT_SEED = "table-tests"

@@ -22,9 +22,9 @@ from domain.table import (
     decide,
     replay,
 )
-from service.export import build_export
-from service.keys import Role
-from service.verification import verify_export
+from service.application.keys import Role
+from service.regulator.export import build_export
+from service.regulator.verification import verify_export
 from tests.api_harness import FLOAT, Api, seed_dealing
 
 NOW = datetime(2024, 5, 3, 20, 0, tzinfo=UTC)

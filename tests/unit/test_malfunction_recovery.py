@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from events.memory import InMemoryEventStore
-from service.api import EXTENSION, Container
-from service.game import GameService
-from service.keys import Role
-from service.recovery import RECOVERY, RecoveryAction, is_interrupted, recover
+from service.application.game.recovery import RECOVERY, RecoveryAction, is_interrupted, recover
+from service.application.game.tables import GameService
+from service.application.keys import Role
+from service.runtime.container import Container
+from service.web.api import EXTENSION
 from tests.api_harness import FLOAT, Api
 
 

@@ -2,7 +2,7 @@
 
 Regenerate it with either of:
     .venv/bin/python -m tests.unit.test_openapi_drift
-    DATABASE_URL=... .venv/bin/flask --app 'service.app:create_app()' openapi write openapi.yaml
+    DATABASE_URL=... .venv/bin/flask --app 'service.web.app:create_app()' openapi write openapi.yaml
 The file holds JSON, which is YAML too: the spec is written without a YAML library.
 """
 
@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from events.memory import InMemoryEventStore
-from service.app import create_app
+from service.web.app import create_app
 
 OPENAPI_PATH = Path(__file__).resolve().parents[2] / "openapi.yaml"
 REGENERATE = ".venv/bin/python -m tests.unit.test_openapi_drift"

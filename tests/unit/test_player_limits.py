@@ -16,8 +16,8 @@ from domain.player_limits import (
     week_start,
 )
 from events.memory import InMemoryEventStore
-from service.actor import Actor
-from service.players import PlayerService
+from service.application.actor import Actor
+from service.application.players import PlayerService
 
 # Thursday 2 May 2024, 23:59:59 UTC: one second before the week turns.
 THURSDAY_LATE = datetime(2024, 5, 2, 23, 59, 59, tzinfo=UTC)

@@ -20,12 +20,12 @@ from domain.errors import BetBelowMinimum, DomainError
 from domain.round_errors import BettingWindowClosed, SeatTaken, TableNotFound
 from events.memory import InMemoryEventStore
 from events.store import ConcurrencyConflict, EventMetadata, IdempotencyKeyReused
-from service import errors as service_errors
-from service.api import Blueprint, abort
-from service.app import MAX_BODY_BYTES, create_app
-from service.auth import roles
-from service.keys import Role, create_key
-from service.problems import (
+from service.application import errors as service_errors
+from service.application.keys import Role, create_key
+from service.web.api import Blueprint, abort
+from service.web.app import MAX_BODY_BYTES, create_app
+from service.web.auth import roles
+from service.web.problems import (
     DOMAIN_RULE_STATUS,
     PROBLEM_MIMETYPE,
     PROBLEM_TYPE_BASE,
@@ -210,7 +210,7 @@ def test_flask_smorest_abort_comes_out_in_the_same_shape(client: FlaskClient) ->
 def test_an_unexpected_error_is_a_500_that_leaks_nothing_and_is_logged_with_its_request_id(
     client: FlaskClient, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.ERROR, logger="service.problems"):
+    with caplog.at_level(logging.ERROR, logger="service.web.problems"):
         response = client.get("/v1/probe/raise/bug", headers={"X-Request-Id": "req-42"})
     document = assert_problem(response, 500, "internal-error")
     body = response.get_data(as_text=True)

@@ -24,12 +24,12 @@ from domain.wallet import (
     Withdrawn,
     evolve_wallet,
 )
-from events.projections import runner
 from events.projections.base import _copy_text, copy_text_or_null
-from events.projections.wallets import _fold
 from events.store import EventMetadata, RecordedEvent
-from service.projections import LedgerLine, RoundRecord, round_violations
-from service.streams import to_new_event
+from service.application.read_models import projector
+from service.application.read_models.queries import LedgerLine, RoundRecord, round_violations
+from service.application.read_models.wallets import _fold
+from service.application.streams import to_new_event
 
 AT = datetime(2026, 3, 1, 12, tzinfo=UTC)
 
@@ -191,4 +191,4 @@ def test_ledger_hold_is_wagered_less_paid_and_rtp_sits_beside_the_exact_odds() -
 
 def test_an_unknown_projection_name_lists_the_known_ones() -> None:
     with pytest.raises(ValueError, match="wallets, rounds, statistics, players, ledger"):
-        runner.projection_class("balances")
+        projector.projection_class("balances")

@@ -9,9 +9,9 @@ from domain.outcome import Outcome
 from domain.shoe import ServerSeed, commitment
 from events.memory import InMemoryEventStore
 from events.store import EventMetadata
-from service.keys import Role
-from service.replay import find_shoe, shoe_view, verify_shoe
-from service.verification import Check
+from service.application.keys import Role
+from service.regulator.replay import find_shoe, shoe_view, verify_shoe
+from service.regulator.verification import Check
 from tests.api_harness import FLOAT, Api, expected_cards, seed_dealing
 
 

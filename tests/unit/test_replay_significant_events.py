@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from service.keys import Role
+from service.application.keys import Role
 from tests.api_harness import Api
 
 

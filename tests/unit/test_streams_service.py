@@ -14,9 +14,9 @@ from domain.tableau import Hand
 from events.canonical import normalise
 from events.memory import InMemoryEventStore
 from events.store import EventMetadata, RecordedEvent, StreamAppend
-from service.actor import Actor
-from service.game import GameService
-from service.streams import (
+from service.application.actor import Actor
+from service.application.game.tables import GameService
+from service.application.streams import (
     EVENT_REGISTRY,
     TableCache,
     decode,

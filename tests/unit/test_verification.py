@@ -15,9 +15,9 @@ from bench.verify import START, Simulation
 from events.canonical import chain_hash, event_bytes
 from events.memory import InMemoryEventStore
 from events.store import EventMetadata
-from service.commands.regulator import verify as verify_command
-from service.export import build_export
-from service.verification import Check, Report, verify_export
+from service.cli.regulator import verify as verify_command
+from service.regulator.export import build_export
+from service.regulator.verification import Check, Report, verify_export
 
 EARLY = datetime(2000, 1, 1, tzinfo=UTC)
 LATE = datetime(2100, 1, 1, tzinfo=UTC)

@@ -8,8 +8,8 @@ from domain.outcome import Outcome, Spot
 from domain.wallet import InsufficientFunds, ReasonRequired
 from events.memory import InMemoryEventStore
 from events.store import Idempotency
-from service.actor import Actor
-from service.wallets import WalletService
+from service.application.actor import Actor
+from service.application.wallets import WalletService
 from tests.unit.test_game_service import FRONTEND, Casino
 
 NOW = datetime(2024, 5, 3, 20, 0, tzinfo=UTC)

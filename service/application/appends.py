@@ -1,0 +1,119 @@
+"""How a command reaches the log: idempotent replay, one atomic append, bounded retries.
+
+Every application service command is a `prepare` function that loads the streams it needs,
+runs the pure domain and returns the appends with the versions it read. `run_command` answers
+a repeated idempotency key from the log without deciding anything again, appends once, and on
+a `ConcurrencyConflict` prepares afresh from the newer state, up to a bounded number of tries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+
+from events.store import (
+    AppendResult,
+    ConcurrencyConflict,
+    EventStore,
+    Idempotency,
+    IdempotencyKeyReused,
+    StreamAppend,
+)
+from service.application.actor import Actor
+from service.application.errors import Conflict
+from service.application.streams import DomainEvent, from_recorded
+
+DEFAULT_ATTEMPTS = 8
+
+# The idempotency key that the caller (the HTTP layer) has already looked up in this context.
+# Compared by identity: each request builds its own Idempotency, so a value left over from an
+# earlier request on the same thread can never match a later one.
+_LOOKED_UP: ContextVar[Idempotency | None] = ContextVar(
+    "shoebox_idempotency_looked_up", default=None
+)
+
+
+def note_looked_up(idempotency: Idempotency) -> None:
+    """Tell run_command that this key was found unused just now, so it need not look again.
+
+    Only for a caller that also settles the race this leaves open: a twin request appending
+    the same key in between makes this one's append replay (the store answers it), or this
+    one's command refused, which the caller must then answer with the twin's response.
+    """
+    _LOOKED_UP.set(idempotency)
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """What a command appended (or, for a repeated idempotency key, had appended before)."""
+
+    events: tuple[DomainEvent, ...]
+    versions: Mapping[str, int]
+    first_position: int
+    last_position: int
+    # As with AppendResult: a replayed receipt equals the original it repeats.
+    replayed: bool = field(default=False, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A command's appends, its events in append order, and what to do once it is recorded."""
+
+    appends: Sequence[StreamAppend]
+    events: tuple[DomainEvent, ...]
+    on_recorded: Callable[[AppendResult], None] = field(default=lambda result: None)
+
+
+def run_command(
+    store: EventStore,
+    actor: Actor,
+    prepare: Callable[[], Prepared],
+    attempts: int = DEFAULT_ATTEMPTS,
+) -> Receipt:
+    """Prepare and append a command, retrying on conflicts; a repeated key replays the first."""
+    idempotency = actor.idempotency
+    if idempotency is not None and _LOOKED_UP.get() is not idempotency:
+        # Checked before deciding: the command may no longer be allowed (Deal pressed twice),
+        # yet its retry must get the first answer, not a refusal.
+        earlier = replay(store, idempotency)
+        if earlier is not None:
+            return earlier
+    conflicted: list[str] = []
+    for _ in range(attempts):
+        try:
+            prepared = prepare()
+            result = store.append(prepared.appends, actor.metadata(), idempotency)
+        except ConcurrencyConflict as conflict:
+            conflicted.append(conflict.stream_id)
+            continue
+        if result.replayed:
+            # The same key won a race with this very request; answer as the winner was.
+            return _receipt_from_log(store, result)
+        prepared.on_recorded(result)
+        return Receipt(
+            prepared.events, result.versions, result.first_position, result.last_position
+        )
+    raise Conflict(sorted(set(conflicted)), attempts)
+
+
+def replay(store: EventStore, idempotency: Idempotency) -> Receipt | None:
+    """The receipt of the append that first used this key, or None if none did."""
+    record = store.idempotency_record(idempotency.key)
+    if record is None:
+        return None
+    if record.fingerprint != idempotency.fingerprint:
+        raise IdempotencyKeyReused(idempotency.key)
+    return _receipt_from_log(store, record.result)
+
+
+def _receipt_from_log(store: EventStore, result: AppendResult) -> Receipt:
+    count = result.last_position - result.first_position + 1
+    recorded = store.read_all(from_position=result.first_position - 1, limit=count)
+    return Receipt(
+        tuple(from_recorded(event) for event in recorded),
+        result.versions,
+        result.first_position,
+        result.last_position,
+        replayed=True,
+    )

@@ -1,0 +1,749 @@
+"""The game application service: tables, seats, bets, the deal and the betting window.
+
+Each command loads the table (and the wallets and limits it touches), runs the pure domain of
+domain/table.py and domain/wallet.py, and appends every resulting event in one multi-stream
+append that names the version of every stream it read. The deal is never a command of its own:
+the append that records the last Deal or Pass, or the window closing, also records the cards,
+the outcome, every settlement, every wallet's payout or returned stake, the shoe's retirement
+and reveal when due, and the next round's opening, so the log never holds half a round.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from domain.cards import Card
+from domain.errors import BetAbovePlayerLimit
+from domain.outcome import Spot
+from domain.round import (
+    BetPlaced,
+    BetSettled,
+    CardDrawn,
+    Phase,
+    RoundOpened,
+    StakeReturned,
+)
+from domain.round import SettlementReversed as RoundSettlementReversed
+from domain.shoe import ServerSeed, random_client_seed
+from domain.table import (
+    CloseWindow,
+    Command,
+    CreateTable,
+    DealCoup,
+    LeaveTable,
+    MutePlayer,
+    OpenRound,
+    OpenShoe,
+    Pass,
+    PlaceBet,
+    PressDeal,
+    Rebet,
+    RemoveBets,
+    RemovePlayer,
+    RetireShoe,
+    RevealShoe,
+    Shoe,
+    SitDown,
+    Table,
+    TableEvent,
+    TableSettings,
+    UnmutePlayer,
+    decide,
+    evolve,
+)
+from domain.wallet import (
+    CreditPayout,
+    ReserveStake,
+    ReturnStake,
+    ReverseSettlement,
+    Wallet,
+    WalletCommand,
+    WalletEvent,
+    decide_wallet,
+    evolve_wallet,
+)
+from events.store import AppendResult, EventStore, StreamAppend
+from service.application.actor import Actor
+from service.application.appends import DEFAULT_ATTEMPTS, Prepared, Receipt, run_command
+from service.application.errors import RoundNotFound, TableNotFound
+from service.application.players import LimitCache
+from service.application.streams import (
+    TABLE,
+    DomainEvent,
+    TableCache,
+    player_stream,
+    table_stream,
+    to_new_event,
+    wallet_stream,
+)
+from service.application.wallets import WalletCache
+
+log = logging.getLogger(__name__)
+
+SYSTEM = Actor("shoebox", "system")
+"""The actor of what the table does by itself: a window closing, a lapsed round dealt."""
+
+
+class WindowScheduler(Protocol):
+    """Something that calls `GameService.close_window` for a round once its deadline passes."""
+
+    def schedule_window_close(self, table_id: str, round_id: str, at: datetime) -> None:
+        """Arrange for the round's window to be closed at `at`."""
+
+
+class NoScheduler:
+    """No scheduled closing: windows close lazily, on the next request to their table."""
+
+    def schedule_window_close(self, table_id: str, round_id: str, at: datetime) -> None:
+        """Do nothing."""
+
+
+# What a live-state view shows: never a seed, never an undealt card.
+
+
+@dataclass(frozen=True, slots=True)
+class BetView:
+    """One bet on the layout: a spot and its stake in pence."""
+
+    spot: str
+    stake: int
+
+
+@dataclass(frozen=True, slots=True)
+class SeatView:
+    """A seat as the table shows it: who sits there and what they did in the current round."""
+
+    number: int
+    player_id: str | None
+    in_round: bool
+    action: str | None
+    bets: tuple[BetView, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CardView:
+    """A card dealt in the current round: hand, shoe position, code and the tableau's reason."""
+
+    hand: str
+    position: int
+    card: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class LiveState:
+    """A table's live state for a front end, read at one version of the table's stream."""
+
+    table_id: str
+    version: int
+    seats_count: int
+    decks: int
+    minimum: int
+    maximum: int
+    currency: str
+    betting_window_ms: int
+    phase: str
+    round_id: str | None
+    round_number: int | None
+    deadline: datetime | None
+    seats: tuple[SeatView, ...]
+    shoe_id: str | None
+    server_seed_hash: str | None
+    hands_left: int | None
+    cards_left: int | None
+    cards: tuple[CardView, ...]
+    outcome: str | None
+
+
+IDLE = "idle"
+"""The phase of a table with no round, or whose last round is over and no next one opened."""
+
+
+class ShoeCards:
+    """Per process, LRU-bounded: the shuffled cards of open shoes, kept in memory only."""
+
+    def __init__(self, capacity: int = 256) -> None:
+        self._capacity = capacity
+        self._lock = threading.Lock()
+        self._cards: OrderedDict[str, tuple[Card, ...]] = OrderedDict()
+
+    def get(self, shoe_id: str) -> tuple[Card, ...] | None:
+        """A shoe's cards if this process has them."""
+        with self._lock:
+            cards = self._cards.get(shoe_id)
+            if cards is not None:
+                self._cards.move_to_end(shoe_id)
+            return cards
+
+    def put(self, shoe_id: str, cards: tuple[Card, ...]) -> None:
+        """Keep a shoe's cards."""
+        with self._lock:
+            self._cards[shoe_id] = cards
+            self._cards.move_to_end(shoe_id)
+            while len(self._cards) > self._capacity:
+                self._cards.popitem(last=False)
+
+    def forget(self, shoe_id: str) -> None:
+        """Drop a retired shoe's cards."""
+        with self._lock:
+            self._cards.pop(shoe_id, None)
+
+
+class _NothingDue(Exception):  # noqa: N818 -- control flow, never seen outside this module
+    """A catch-up found the table already caught up."""
+
+
+@dataclass(slots=True)
+class _NewShoe:
+    """A shoe generated for this command but not yet in the log; its seed is stored first."""
+
+    shoe_id: str
+    seed: ServerSeed
+    nonce: int
+    stored: bool = False
+
+
+class _Plan:
+    """One command's decisions: table events on a scratch table, and each wallet's side."""
+
+    def __init__(
+        self,
+        table_id: str,
+        version: int,
+        table: Table,
+        load_wallet: Callable[[str], tuple[int, Wallet]],
+    ) -> None:
+        self.table_id = table_id
+        self.version = version
+        self.table = table
+        self.table_events: list[TableEvent] = []
+        self._load_wallet = load_wallet
+        self.wallets: dict[str, tuple[int, Wallet, list[WalletEvent]]] = {}
+        self.guards: dict[str, int] = {}
+        self.new_shoe: _NewShoe | None = None
+        self.trust_cached_limits = False
+        self.used_cached_limit = False
+
+    def run(self, command: Command, now: datetime) -> list[TableEvent]:
+        """Decide a table command on the scratch table and follow its money into wallets."""
+        events = decide(self.table, command, now)
+        for event in events:
+            self.table = evolve(self.table, event)
+            self._follow_money(event)
+        self.table_events.extend(events)
+        return events
+
+    def guard(self, stream_id: str, version: int) -> None:
+        """Append nothing to this stream, but only if it is still at the version read."""
+        self.guards[stream_id] = version
+
+    def _follow_money(self, event: TableEvent) -> None:
+        command: WalletCommand
+        table_id = self.table_id
+        match event:
+            case BetPlaced(round_id=round_id, player_id=player_id, spot=spot, stake=stake):
+                command = ReserveStake(table_id, round_id, spot, stake)
+            case StakeReturned(round_id=round_id, player_id=player_id, spot=spot, stake=stake):
+                command = ReturnStake(table_id, round_id, spot, stake, str(event.reason))
+            case BetSettled(round_id=round_id, player_id=player_id, spot=spot, stake=stake):
+                command = CreditPayout(
+                    table_id, round_id, spot, stake, event.payout, event.commission
+                )
+            case RoundSettlementReversed(round_id=round_id, player_id=player_id, spot=spot):
+                command = ReverseSettlement(
+                    table_id, round_id, spot, event.stake, event.payout, event.commission
+                )
+            case _:
+                return
+        if player_id not in self.wallets:
+            version, wallet = self._load_wallet(player_id)
+            self.wallets[player_id] = (version, wallet, [])
+        version, wallet, events = self.wallets[player_id]
+        for wallet_event in decide_wallet(wallet, command):
+            wallet = evolve_wallet(wallet, wallet_event)
+            events.append(wallet_event)
+        self.wallets[player_id] = (version, wallet, events)
+
+    def appends(self) -> list[StreamAppend]:
+        """The table's events, then each wallet's in player order, then the guards."""
+        appends = [
+            StreamAppend(
+                table_stream(self.table_id),
+                self.version,
+                [to_new_event(event) for event in self.table_events],
+            )
+        ]
+        for player_id in sorted(self.wallets):
+            version, _, events = self.wallets[player_id]
+            appends.append(
+                StreamAppend(
+                    wallet_stream(player_id), version, [to_new_event(event) for event in events]
+                )
+            )
+        for stream_id, version in sorted(self.guards.items()):
+            appends.append(StreamAppend(stream_id, version, []))
+        return appends
+
+    def events(self) -> tuple[DomainEvent, ...]:
+        """Every event of the plan, in append order."""
+        wallet_events: list[DomainEvent] = []
+        for player_id in sorted(self.wallets):
+            wallet_events.extend(self.wallets[player_id][2])
+        return (*self.table_events, *wallet_events)
+
+
+class GameService:
+    """Tables and play: every command an atomic append with the versions of what it read."""
+
+    def __init__(
+        self,
+        store: EventStore,
+        clock: Callable[[], datetime],
+        scheduler: WindowScheduler | None = None,
+        *,
+        tables: TableCache | None = None,
+        wallets: WalletCache | None = None,
+        limits: LimitCache | None = None,
+        shoes: ShoeCards | None = None,
+        attempts: int = DEFAULT_ATTEMPTS,
+        seeds: Callable[[], ServerSeed] = ServerSeed.generate,
+        client_seeds: Callable[[], str] = random_client_seed,
+        before_deal_append: Callable[[], None] | None = None,
+    ) -> None:
+        self._store = store
+        # A test-only hook (service/runtime/failpoints.py): lets an e2e test kill a server mid-deal.
+        self._before_deal_append = before_deal_append
+        self._clock = clock
+        self._scheduler: WindowScheduler = scheduler if scheduler is not None else NoScheduler()
+        self._tables = tables if tables is not None else TableCache()
+        self._wallets = wallets if wallets is not None else WalletCache()
+        self._limits = limits if limits is not None else LimitCache()
+        self._shoes = shoes if shoes is not None else ShoeCards()
+        self._attempts = attempts
+        # Injectable so that tests can deal a known shoe; production uses the OS's CSPRNG.
+        self._seeds = seeds
+        self._client_seeds = client_seeds
+
+    # Tables.
+
+    def create_table(self, table_id: str, settings: TableSettings, actor: Actor) -> Receipt:
+        """Set up a new table."""
+
+        def prepare() -> Prepared:
+            version, table = self._tables.table(self._store, table_id)
+            events = decide(table, CreateTable(table_id, settings), self._clock())
+            created = evolve(None, events[0])
+            stream = table_stream(table_id)
+
+            def recorded(result: AppendResult) -> None:
+                self._tables.put(stream, result.versions[stream], created)
+
+            return Prepared(
+                [StreamAppend(stream, version, [to_new_event(e) for e in events])],
+                tuple(events),
+                recorded,
+            )
+
+        return run_command(self._store, actor, prepare, self._attempts)
+
+    def list_tables(self) -> list[Table]:
+        """Every table, in the order they were created."""
+        table_ids: list[str] = []
+        position = 0
+        while True:
+            page = self._store.read_all(
+                position, limit=1000, categories=[TABLE], types=["TableCreated"]
+            )
+            if not page:
+                break
+            table_ids.extend(str(event.payload["table_id"]) for event in page)
+            position = page[-1].position
+        return [self.table(table_id) for table_id in table_ids]
+
+    def table(self, table_id: str) -> Table:
+        """A table's current state; a lapsed window is closed and dealt first."""
+        return self.catch_up(table_id)[1]
+
+    def live_state(self, table_id: str) -> LiveState:
+        """What a front end shows of a table now; a lapsed window is closed and dealt first."""
+        return _live_state(*self.catch_up(table_id))
+
+    def catch_up(self, table_id: str, actor: Actor = SYSTEM) -> tuple[int, Table]:
+        """Enforce a lapsed betting window (exclude, then deal); the table as it then stands.
+
+        Every request to a table calls this, so a dead worker cannot stall a table. `actor` is
+        recorded on the catch-up's append: the table itself, unless recovery drives it.
+        """
+        version, table = self._load(table_id)
+        if self._overdue(table, self._clock()):
+            self._catch_up(table_id, actor)
+            version, table = self._load(table_id)
+        return version, table
+
+    # Seats.
+
+    def sit(self, table_id: str, player_id: str, seat: int, actor: Actor) -> Receipt:
+        """Take a free seat; during a round the player plays from the next one."""
+        return self._command(
+            table_id, actor, lambda plan, now: plan.run(SitDown(player_id, seat), now)
+        )
+
+    def leave(self, table_id: str, player_id: str, actor: Actor) -> Receipt:
+        """Give up one's seat; unconfirmed bets come back, confirmed ones stay in play."""
+        return self._command(
+            table_id, actor, lambda plan, now: plan.run(LeaveTable(player_id), now)
+        )
+
+    # Betting.
+
+    def place_bet(
+        self, table_id: str, player_id: str, spot: Spot, stake: int, actor: Actor
+    ) -> Receipt:
+        """Put a stake on a spot, reserving it from the wallet in the same append."""
+
+        def act(plan: _Plan, now: datetime) -> None:
+            limit = self._player_limit(plan, player_id)
+            self._open_shoe_for_new_round(plan, player_id, now)
+            plan.run(PlaceBet(player_id, Spot(spot), stake, limit), now)
+
+        return self._command(table_id, actor, act)
+
+    def remove_bets(self, table_id: str, player_id: str, actor: Actor) -> Receipt:
+        """Take all of one's bets back before pressing Deal or Pass."""
+        return self._command(
+            table_id, actor, lambda plan, now: plan.run(RemoveBets(player_id), now)
+        )
+
+    def rebet(self, table_id: str, player_id: str, actor: Actor) -> Receipt:
+        """Repeat one's bets of the last round played at this seat."""
+
+        def act(plan: _Plan, now: datetime) -> None:
+            limit = self._player_limit(plan, player_id)
+            self._open_shoe_for_new_round(plan, player_id, now)
+            plan.run(Rebet(player_id, limit), now)
+
+        return self._command(table_id, actor, act)
+
+    def press_deal(self, table_id: str, player_id: str, actor: Actor) -> Receipt:
+        """Confirm one's bets; the last participant to act brings the deal."""
+        return self._command(table_id, actor, lambda plan, now: plan.run(PressDeal(player_id), now))
+
+    def pass_turn(self, table_id: str, player_id: str, actor: Actor) -> Receipt:
+        """Sit this coup out; one's bets come back."""
+        return self._command(table_id, actor, lambda plan, now: plan.run(Pass(player_id), now))
+
+    def close_window(self, table_id: str, round_id: str) -> Receipt | None:
+        """The scheduled job: close this round's window and deal; None if already past it."""
+        _, table = self._load(table_id)
+        current = table.round
+        if current is None:
+            raise RoundNotFound(table_id, round_id)
+        if current.round_id != round_id or current.phase is not Phase.BETTING:
+            return None
+        now = self._clock()
+        if not current.window_closed(now):
+            # Fired early (clock skew between worker and web): try again at the deadline.
+            self._schedule(table_id, round_id, current.deadline)
+            return None
+        return self._catch_up(table_id)
+
+    # Moderation, by ops.
+
+    def mute(self, table_id: str, player_id: str, actor: Actor, reason: str = "") -> Receipt:
+        """Mute a player in the table's chat."""
+        return self._command(
+            table_id, actor, lambda plan, now: plan.run(MutePlayer(player_id, reason), now)
+        )
+
+    def unmute(self, table_id: str, player_id: str, actor: Actor) -> Receipt:
+        """Lift a player's mute at the table."""
+        return self._command(
+            table_id, actor, lambda plan, now: plan.run(UnmutePlayer(player_id), now)
+        )
+
+    def remove_player(self, table_id: str, player_id: str, reason: str, actor: Actor) -> Receipt:
+        """Remove a player from the table for good: unseated, bets returned, barred."""
+        return self._command(
+            table_id, actor, lambda plan, now: plan.run(RemovePlayer(player_id, reason), now)
+        )
+
+    # The machinery.
+
+    def _load(self, table_id: str) -> tuple[int, Table]:
+        version, table = self._tables.table(self._store, table_id)
+        if table is None:
+            raise TableNotFound(table_id)
+        return version, table
+
+    def _command(
+        self, table_id: str, actor: Actor, act: Callable[[_Plan, datetime], object]
+    ) -> Receipt:
+        new_shoe: list[_NewShoe | None] = [None]
+        attempted = [False]
+
+        def plan_command(trust_cached_limits: bool) -> _Plan:
+            now = self._clock()
+            version, table = self._load(table_id)
+            if self._overdue(table, now):
+                # The deadline is enforced here too, so a dead worker cannot stall a table; it
+                # is the table's own append, not the caller's, and carries no idempotency key.
+                self._catch_up(table_id)
+                version, table = self._load(table_id)
+            plan = _Plan(table_id, version, table, self._wallet)
+            plan.trust_cached_limits = trust_cached_limits
+            plan.new_shoe = new_shoe[0]
+            try:
+                act(plan, now)
+            except BetAbovePlayerLimit:
+                if not plan.used_cached_limit:
+                    raise
+                # The cached limit may be one the player has since raised or removed: a
+                # refusal is only ever decided on a limit read from the log.
+                return plan_command(trust_cached_limits=False)
+            self._advance(plan, now)
+            new_shoe[0] = plan.new_shoe
+            return plan
+
+        def prepare() -> Prepared:
+            # Only the first attempt trusts cached limits: a retry follows a conflict, and the
+            # conflict may have been a cached limit's guard.
+            plan = plan_command(trust_cached_limits=not attempted[0])
+            attempted[0] = True
+            return self._prepared(plan)
+
+        return run_command(self._store, actor, prepare, self._attempts)
+
+    def _catch_up(self, table_id: str, actor: Actor = SYSTEM) -> Receipt | None:
+        """Close a lapsed window and deal, as the table's own append; None if nothing was due."""
+        new_shoe: list[_NewShoe | None] = [None]
+
+        def prepare() -> Prepared:
+            now = self._clock()
+            version, table = self._load(table_id)
+            plan = _Plan(table_id, version, table, self._wallet)
+            plan.new_shoe = new_shoe[0]
+            current = table.round
+            if (
+                current is not None
+                and current.phase is Phase.BETTING
+                and current.pending
+                and current.window_closed(now)
+            ):
+                plan.run(CloseWindow(), now)
+            self._advance(plan, now)
+            if not plan.table_events:
+                raise _NothingDue
+            new_shoe[0] = plan.new_shoe
+            return self._prepared(plan)
+
+        try:
+            return run_command(self._store, actor, prepare, self._attempts)
+        except _NothingDue:
+            return None  # another request caught the table up first
+
+    def _overdue(self, table: Table, now: datetime) -> bool:
+        """Whether the table owes an append of its own before taking any command."""
+        current = table.round
+        if current is None:
+            return False
+        if current.phase is Phase.BETTING:
+            return not current.pending or current.window_closed(now)
+        return current.deal_interrupted
+
+    def _advance(self, plan: _Plan, now: datetime) -> None:
+        """Deal a round everyone has acted in, retire a spent shoe, open the next round."""
+        current = plan.table.round
+        if current is None or not (current.ready_to_deal or current.deal_interrupted):
+            return
+        self._deal(plan, now)
+        # Only the append that settles a round opens the next: a settled table that everyone
+        # left stays idle until a bet, even if someone sits down later.
+        if plan.table.next_round_due:
+            self._ensure_shoe(plan, now)
+            plan.run(OpenRound(plan.table.next_round_id), now)
+
+    def _deal(self, plan: _Plan, now: datetime) -> None:
+        current = plan.table.round
+        assert current is not None
+        shoe = plan.table.shoe
+        if current.deal_interrupted:
+            if shoe is None or shoe.shoe_id != current.shoe_id:
+                raise RuntimeError(f"round {current.round_id} cannot resume: its shoe is gone")
+            assert current.first_position is not None
+            plan.run(DealCoup(shoe.shoe_id, self._cards(shoe), current.first_position), now)
+        elif current.has_bets_in_play:
+            self._ensure_shoe(plan, now)
+            shoe = plan.table.live_shoe
+            assert shoe is not None
+            plan.run(DealCoup(shoe.shoe_id, self._cards(shoe), shoe.next_position), now)
+        else:
+            # Nobody plays: no card leaves the shoe, so any shoe id will do.
+            plan.run(DealCoup(shoe.shoe_id if shoe else "", (), 0), now)
+        shoe = plan.table.shoe
+        if shoe is not None and not shoe.retired and not shoe.can_deal:
+            plan.run(RetireShoe(), now)
+            plan.run(RevealShoe(shoe.shoe_id, self._secret(shoe.shoe_id)), now)
+            self._shoes.forget(shoe.shoe_id)
+
+    def _open_shoe_for_new_round(self, plan: _Plan, player_id: str, now: datetime) -> None:
+        """Before a bet that opens a round, open a shoe so its commitment precedes the bets."""
+        if not plan.table.round_under_way and plan.table.seat_of(player_id) is not None:
+            self._ensure_shoe(plan, now)
+
+    def _ensure_shoe(self, plan: _Plan, now: datetime) -> None:
+        """Open a shoe unless a live one is open; its seed is stored just before the append."""
+        table = plan.table
+        if table.live_shoe is not None:
+            return
+        if table.shoe is not None:
+            # Retired but not revealed: cannot happen through this service, which reveals in
+            # the retiring append, but a reveal must come before the next shoe.
+            plan.run(RevealShoe(table.shoe.shoe_id, self._secret(table.shoe.shoe_id)), now)
+            table = plan.table
+        nonce = table.shoes_opened + 1
+        new = plan.new_shoe
+        if new is None or new.nonce != nonce:
+            new = _NewShoe(uuid.uuid4().hex, self._seeds(), nonce)
+        plan.new_shoe = new
+        # A client seed ops rotated in (ClientSeedRotated) is the one this shoe must open with.
+        client_seed = table.next_client_seed or self._client_seeds()
+        shuffled = new.seed.shuffle(client_seed, nonce, table.settings.decks)
+        self._shoes.put(new.shoe_id, shuffled.cards)
+        plan.run(
+            OpenShoe(
+                shoe_id=new.shoe_id,
+                server_seed_hash=new.seed.commitment,
+                client_seed=client_seed,
+                nonce=nonce,
+                decks=table.settings.decks,
+                hands=shuffled.hands,
+            ),
+            now,
+        )
+
+    def _cards(self, shoe: Shoe) -> tuple[Card, ...]:
+        cards = self._shoes.get(shoe.shoe_id)
+        if cards is None:
+            shuffled = ServerSeed(self._secret(shoe.shoe_id)).shuffle(
+                shoe.client_seed, shoe.nonce, shoe.decks
+            )
+            if shuffled.hands != shoe.hands:
+                raise RuntimeError(f"shoe {shoe.shoe_id}'s stored seed does not match its log")
+            cards = shuffled.cards
+            self._shoes.put(shoe.shoe_id, cards)
+        return cards
+
+    def _secret(self, shoe_id: str) -> str:
+        secret = self._store.load_shoe_secret(shoe_id)
+        if secret is None:
+            raise RuntimeError(f"shoe {shoe_id} has no stored server seed")
+        return secret
+
+    def _wallet(self, player_id: str) -> tuple[int, Wallet]:
+        return self._wallets.wallet(self._store, player_id)
+
+    def _player_limit(self, plan: _Plan, player_id: str) -> int | None:
+        stream = player_stream(player_id)
+        # A limit changes at most once a week, so the cached one is nearly always current and
+        # saves a read on every bet. Trusting it is safe: the guard below names its version,
+        # so the append is refused if the limit has changed since, and the retry reads it.
+        cached = self._limits.cached(stream) if plan.trust_cached_limits else None
+        if cached is not None:
+            version, limit = cached
+            plan.used_cached_limit = True
+        else:
+            version, limit = self._limits.limit(self._store, player_id)
+        plan.guard(stream, version)
+        return limit.limit
+
+    def _prepared(self, plan: _Plan) -> Prepared:
+        new_shoe = plan.new_shoe
+        if new_shoe is not None and not new_shoe.stored:
+            # The seed goes to shoe_secrets, never the log, before the commitment is appended;
+            # if the append then loses a race, the retry reuses this same shoe.
+            self._store.store_shoe_secret(new_shoe.shoe_id, new_shoe.seed.reveal())
+            new_shoe.stored = True
+        hook = self._before_deal_append
+        if hook is not None and any(isinstance(e, CardDrawn) for e in plan.table_events):
+            hook()
+        table_id = plan.table_id
+        stream = table_stream(table_id)
+        opened = [e for e in plan.table_events if isinstance(e, RoundOpened)]
+
+        def recorded(result: AppendResult) -> None:
+            self._tables.put(stream, result.versions[stream], plan.table)
+            for player_id, (_, wallet, _) in plan.wallets.items():
+                wallet_id = wallet_stream(player_id)
+                self._wallets.put(wallet_id, result.versions[wallet_id], wallet)
+            for event in opened:
+                self._schedule(table_id, event.round_id, datetime.fromisoformat(event.deadline))
+
+        return Prepared(plan.appends(), plan.events(), recorded)
+
+    def _schedule(self, table_id: str, round_id: str, at: datetime) -> None:
+        try:
+            self._scheduler.schedule_window_close(table_id, round_id, at)
+        except Exception:
+            # The window is also closed lazily by the next request, so a scheduler outage
+            # delays a table rather than failing a bet that is already recorded.
+            log.exception("could not schedule the window of round %s", round_id)
+
+
+def _live_state(version: int, table: Table) -> LiveState:
+    current = table.round
+    settings = table.settings
+    phase = IDLE if current is None or current.is_over else str(current.phase)
+    seats: list[SeatView] = []
+    for number, seat in enumerate(table.seats, start=1):
+        participant = (
+            current.participant(seat.player_id)
+            if seat is not None and current is not None and not current.is_over
+            else None
+        )
+        seats.append(
+            SeatView(
+                number=number,
+                player_id=seat.player_id if seat is not None else None,
+                in_round=participant is not None,
+                action=str(participant.action) if participant is not None else None,
+                bets=tuple(BetView(str(b.spot), b.stake) for b in participant.bets)
+                if participant is not None
+                else (),
+            )
+        )
+    shoe = table.live_shoe
+    cards: tuple[CardView, ...] = ()
+    if current is not None:
+        cards = tuple(
+            CardView(str(e.hand), e.position, e.card, e.reason)
+            for e in current.deal_events
+            if isinstance(e, CardDrawn)
+        )
+    return LiveState(
+        table_id=table.table_id,
+        version=version,
+        seats_count=settings.seats,
+        decks=settings.decks,
+        minimum=settings.limits.minimum,
+        maximum=settings.limits.maximum,
+        currency=settings.currency,
+        betting_window_ms=settings.betting_window // timedelta(milliseconds=1),
+        phase=phase,
+        round_id=current.round_id if current is not None else None,
+        round_number=current.number if current is not None else None,
+        deadline=current.deadline if current is not None and not current.is_over else None,
+        seats=tuple(seats),
+        shoe_id=shoe.shoe_id if shoe is not None else None,
+        server_seed_hash=shoe.commitment if shoe is not None else None,
+        hands_left=shoe.hands_left if shoe is not None else None,
+        cards_left=shoe.cards_left if shoe is not None else None,
+        cards=cards,
+        outcome=str(current.outcome) if current is not None and current.outcome else None,
+    )

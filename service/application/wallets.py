@@ -1,0 +1,225 @@
+"""The wallet application service: ops move money, anyone entitled reads balance and statement.
+
+Stakes, returns and payouts reach a wallet only through the game service, in the same append
+as the table events that cause them; this service covers the rest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from domain.wallet import (
+    WALLET_EVENT_TYPES,
+    Correct,
+    Corrected,
+    Deposit,
+    Deposited,
+    PayoutCredited,
+    SettlementReversed,
+    StakeReserved,
+    StakeReturned,
+    Wallet,
+    WalletCommand,
+    WalletEvent,
+    Withdraw,
+    Withdrawn,
+    decide_wallet,
+    evolve_wallet,
+)
+from events.store import AppendResult, EventStore, StreamAppend
+from service.application.actor import Actor
+from service.application.appends import DEFAULT_ATTEMPTS, Prepared, Receipt, run_command
+from service.application.streams import (
+    DomainEvent,
+    StreamCache,
+    from_recorded_as,
+    id_of,
+    to_new_event,
+    wallet_stream,
+)
+
+
+def _fold_wallet(wallet: Wallet, event: DomainEvent) -> Wallet:
+    if not isinstance(event, WALLET_EVENT_TYPES):
+        raise TypeError(f"{event.type} is not a wallet event")
+    return evolve_wallet(wallet, event)
+
+
+class WalletCache(StreamCache[Wallet]):
+    """The per-process cache of wallets: (version, Wallet) per wallet stream."""
+
+    def __init__(self, capacity: int = 4096) -> None:
+        super().__init__(lambda stream_id: Wallet(id_of(stream_id)), _fold_wallet, capacity)
+
+    def wallet(self, store: EventStore, player_id: str) -> tuple[int, Wallet]:
+        """A player's wallet and its stream's version (an unused wallet is empty, version 0)."""
+        return self.load(store, wallet_stream(player_id))
+
+
+@dataclass(frozen=True, slots=True)
+class Balance:
+    """A wallet's available and reserved pence, at a version of its stream."""
+
+    player_id: str
+    available: int
+    reserved: int
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class StatementEntry:
+    """One movement on a wallet, with the balances after it.
+
+    `amount` is the change to the available balance (negative for stakes and withdrawals);
+    `reserved_change` the change to the reserved one.
+    """
+
+    version: int
+    position: int
+    recorded_at: datetime
+    type: str
+    amount: int
+    reserved_change: int
+    available_after: int
+    reserved_after: int
+    reason: str | None
+    table_id: str | None
+    round_id: str | None
+    spot: str | None
+    stake: int | None
+    payout: int | None
+    commission: int | None
+
+
+class WalletService:
+    """Deposits, withdrawals and corrections by ops; balances and statements for readers."""
+
+    def __init__(
+        self,
+        store: EventStore,
+        clock: Callable[[], datetime],
+        *,
+        wallets: WalletCache | None = None,
+        attempts: int = DEFAULT_ATTEMPTS,
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self._wallets = wallets if wallets is not None else WalletCache()
+        self._attempts = attempts
+
+    def deposit(self, player_id: str, amount: int, reason: str, actor: Actor) -> Receipt:
+        """Pay money into a wallet."""
+        return self._run(player_id, Deposit(amount, reason), actor)
+
+    def withdraw(self, player_id: str, amount: int, reason: str, actor: Actor) -> Receipt:
+        """Pay money out of a wallet, never more than is available."""
+        return self._run(player_id, Withdraw(amount, reason), actor)
+
+    def correct(self, player_id: str, amount: int, reason: str, actor: Actor) -> Receipt:
+        """Correct a wallet by a signed amount."""
+        return self._run(player_id, Correct(amount, reason), actor)
+
+    def balance(self, player_id: str) -> Balance:
+        """A wallet's balances now."""
+        version, wallet = self._wallets.wallet(self._store, player_id)
+        return Balance(player_id, wallet.available, wallet.reserved, version)
+
+    def statement(
+        self, player_id: str, limit: int = 50, before: int | None = None
+    ) -> list[StatementEntry]:
+        """Up to `limit` movements before version `before` (all if None), newest first."""
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        wallet = Wallet(player_id)
+        entries: list[StatementEntry] = []
+        for recorded in self._store.read_stream(wallet_stream(player_id)):
+            event = from_recorded_as(recorded, WALLET_EVENT_TYPES)
+            after = evolve_wallet(wallet, event)
+            entries.append(
+                _entry(
+                    recorded.version, recorded.position, recorded.recorded_at, event, wallet, after
+                )
+            )
+            wallet = after
+        if before is not None:
+            entries = [entry for entry in entries if entry.version < before]
+        return entries[::-1][:limit]
+
+    def _run(self, player_id: str, command: WalletCommand, actor: Actor) -> Receipt:
+        stream = wallet_stream(player_id)
+
+        def prepare() -> Prepared:
+            version, wallet = self._wallets.wallet(self._store, player_id)
+            events = decide_wallet(wallet, command)
+            after = wallet
+            for event in events:
+                after = evolve_wallet(after, event)
+
+            def recorded(result: AppendResult) -> None:
+                self._wallets.put(stream, result.versions[stream], after)
+
+            return Prepared(
+                [StreamAppend(stream, version, [to_new_event(e) for e in events])],
+                tuple(events),
+                recorded,
+            )
+
+        return run_command(self._store, actor, prepare, self._attempts)
+
+
+def _entry(
+    version: int,
+    position: int,
+    recorded_at: datetime,
+    event: WalletEvent,
+    before: Wallet,
+    after: Wallet,
+) -> StatementEntry:
+    reason: str | None = None
+    table_id = round_id = spot = None
+    stake = payout = commission = None
+    match event:
+        case Deposited() | Withdrawn() | Corrected():
+            reason = event.reason
+        case StakeReserved():
+            table_id, round_id, spot, stake = (
+                event.table_id,
+                event.round_id,
+                event.spot,
+                event.stake,
+            )
+        case StakeReturned():
+            table_id, round_id, spot, stake = (
+                event.table_id,
+                event.round_id,
+                event.spot,
+                event.stake,
+            )
+            reason = event.reason
+        case PayoutCredited() | SettlementReversed():
+            table_id, round_id, spot, stake = (
+                event.table_id,
+                event.round_id,
+                event.spot,
+                event.stake,
+            )
+            payout, commission = event.payout, event.commission
+    return StatementEntry(
+        version=version,
+        position=position,
+        recorded_at=recorded_at,
+        type=event.type,
+        amount=after.available - before.available,
+        reserved_change=after.reserved - before.reserved,
+        available_after=after.available,
+        reserved_after=after.reserved,
+        reason=reason,
+        table_id=table_id,
+        round_id=round_id,
+        spot=str(spot) if spot is not None else None,
+        stake=stake,
+        payout=payout,
+        commission=commission,
+    )

@@ -1,0 +1,126 @@
+"""Commands for the audit concern of the `shoebox` CLI."""
+
+import time
+from dataclasses import dataclass
+
+import click
+import psycopg
+
+from events.canonical import ChainBreak, verify_rows
+from events.postgres import READ_AHEAD, Pool, PostgresEventStore, open_pool
+from events.store import GENESIS_HASH
+from service.embedded import database_url
+from service.runtime.settings import Settings
+
+DEFAULT_BATCH_SIZE = 10_000
+# Often enough to show a long walk is alive, rarely enough not to flood a terminal.
+PROGRESS_EVERY_SECONDS = 2.0
+
+_HASH_BEFORE = "SELECT hash FROM events WHERE position = %s"
+
+
+class AuditUnavailable(click.ClickException):
+    """The chain could not be walked at all; distinct from a walk that found a break."""
+
+    exit_code = 2
+
+
+@click.group("audit")
+def audit() -> None:
+    """Check the tamper-evident event log."""
+
+
+@audit.command("verify")
+@click.option(
+    "--from-position",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="First position to verify; its prev_hash is taken from the event before it.",
+)
+@click.option(
+    "--batch-size",
+    type=click.IntRange(min=1),
+    default=DEFAULT_BATCH_SIZE,
+    show_default=True,
+    help="Events read per query.",
+)
+def verify(from_position: int, batch_size: int) -> None:
+    """Walk the hash chain and name the first broken link; exit 1 if there is one."""
+    try:
+        # The batches read ahead each need a connection, and the head check one more.
+        with (
+            database_url(Settings.from_env()) as url,
+            open_pool(url, max_size=READ_AHEAD + 1) as pool,
+        ):
+            store = PostgresEventStore(pool)
+            prev_hash = _hash_before(pool, from_position)
+            head = store.head()
+            broken, last = _walk(store, from_position, prev_hash, batch_size, head)
+    except psycopg.errors.UndefinedTable as error:
+        raise AuditUnavailable(
+            "this database has no event log; run `shoebox migrate` first"
+        ) from error
+    except psycopg.OperationalError as error:
+        raise AuditUnavailable(f"cannot reach the database: {error}") from error
+    if broken is not None:
+        link, stream_id = broken
+        if link.position > from_position:
+            click.echo(f"positions {from_position}..{link.position - 1} verify")
+        click.echo(
+            f"BROKEN at position {link.position} (stream {stream_id}): {link.kind} expected"
+            f" {link.expected}, found {link.found}"
+        )
+        raise click.exceptions.Exit(1)
+    if last is None:
+        click.echo(f"OK: no events from position {from_position} on")
+    else:
+        count = last.position - from_position + 1
+        click.echo(
+            f"OK: {count} events verified, positions {from_position}..{last.position},"
+            f" head hash {last.hash}"
+        )
+
+
+def _hash_before(pool: Pool, position: int) -> str:
+    """The hash that the event at `position` must carry as its prev_hash."""
+    if position == 1:
+        return GENESIS_HASH
+    with pool.connection() as conn:
+        row = conn.execute(_HASH_BEFORE, [position - 1]).fetchone()
+    if row is None:
+        raise AuditUnavailable(f"there is no event at position {position - 1} to start after")
+    return str(row[0])
+
+
+@dataclass(frozen=True, slots=True)
+class _Verified:
+    """The last link that verified."""
+
+    position: int
+    hash: str
+
+
+def _walk(
+    store: PostgresEventStore, start: int, prev_hash: str, batch_size: int, head: int
+) -> tuple[tuple[ChainBreak, str] | None, _Verified | None]:
+    """The first break (with its stream) and the last event verified."""
+    last: _Verified | None = None
+    after = start - 1
+    shown_at = time.monotonic()
+    # Raw rows as recorded (never upcast: the hash covers the payload as it was written),
+    # read a batch ahead and rehashed without building an event object for each.
+    for rows in store.iter_rows(after, batch_size):
+        link = verify_rows(rows, prev_hash, first_position=after + 1)
+        if link is not None:
+            found = next((row for row in rows if row[0] >= link.position), rows[0])
+            return (link, found[1]), last
+        last = _Verified(rows[-1][0], rows[-1][10])
+        after, prev_hash = last.position, last.hash
+        if time.monotonic() - shown_at >= PROGRESS_EVERY_SECONDS:
+            shown_at = time.monotonic()
+            click.echo(f"... verified up to position {after} of {head}", err=True)
+    return None, last
+
+
+commands: list[click.Command] = [audit]

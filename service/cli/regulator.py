@@ -1,0 +1,82 @@
+"""Commands for the regulator concern of the `shoebox` CLI: export a table's log, verify one."""
+
+import sys
+from datetime import UTC, datetime
+
+import click
+import orjson
+
+from events.postgres import PostgresEventStore, open_pool
+from service.embedded import database_url
+from service.regulator.export import build_export, write_lines
+from service.regulator.verification import verify_file
+from service.runtime.settings import Settings
+
+
+def _utc(value: datetime) -> datetime:
+    # click parses naive datetimes; a regulator's times are UTC unless they say otherwise.
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+_FORMATS = ["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S"]
+
+
+@click.command("export")
+@click.option("--table", "table_id", required=True, help="The table whose events to export.")
+@click.option("--from", "start", type=click.DateTime(_FORMATS), required=True, help="UTC.")
+@click.option("--to", "end", type=click.DateTime(_FORMATS), required=True, help="UTC.")
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(dir_okay=False, writable=True),
+    default="-",
+    show_default=True,
+    help="File to write; - for standard output.",
+)
+def export(table_id: str, start: datetime, end: datetime, output: str) -> None:
+    """Write a table's events in a time range, and its revealed seeds, as JSON Lines."""
+    with database_url(Settings.from_env()) as url, open_pool(url) as pool:
+        store = PostgresEventStore(pool)
+        lines = build_export(store, table_id, _utc(start), _utc(end))
+        if output == "-":
+            for line in lines:
+                sys.stdout.buffer.write(orjson.dumps(line) + b"\n")
+            return
+        count = write_lines(lines, output)
+    click.echo(f"wrote {count} lines to {output}", err=True)
+
+
+@click.command("verify")
+@click.argument("path", type=click.Path(exists=True, dir_okay=False))
+def verify(path: str) -> None:
+    """Check an export offline; exit 1 naming each discrepancy."""
+    report = verify_file(path)
+    for discrepancy in report.discrepancies:
+        click.echo(str(discrepancy))
+    summary = (
+        f"{report.events} events, {report.shoes} shoes ({report.shoes_unrevealed} not yet "
+        f"revealed), {report.rounds} coups, {report.cards} cards, {report.settlements} "
+        f"settlements, {report.wallets} wallets"
+    )
+    if not report.ok:
+        click.echo(f"FAILED: {len(report.discrepancies)} discrepancies in {summary}")
+        raise click.exceptions.Exit(1)
+    click.echo(f"OK: {summary}")
+
+
+@click.command("recover")
+def recover_command() -> None:
+    """Complete rounds left due but undealt by a crash; void those whose shoe secret is lost."""
+    from events.store import utc_now
+    from service.application.game.recovery import recover
+    from service.application.game.tables import GameService
+
+    with database_url(Settings.from_env()) as url, open_pool(url) as pool:
+        store = PostgresEventStore(pool)
+        recovered = recover(store, GameService(store, utc_now), utc_now)
+    for outcome in recovered:
+        click.echo(f"{outcome.action}: round {outcome.round_id}: {outcome.detail}")
+    click.echo(f"recovered {len(recovered)} interrupted round(s)")
+
+
+commands: list[click.Command] = [export, verify, recover_command]

@@ -1,0 +1,311 @@
+"""`shoebox run`, behind `make run`: everything Shoebox needs, started and stopped as one.
+
+It resolves PostgreSQL and Redis (starting the embedded servers when DATABASE_URL or REDIS_URL
+is unset), applies migrations, makes sure there is a demo API key for each role, then runs
+`shoebox serve`, `shoebox worker` and `shoebox projector` as child processes until SIGINT or
+SIGTERM, and stops them, then the embedded servers, in that order.
+
+Each child runs in a session of its own, so that a Ctrl+C in the terminal reaches this process
+alone and the shutdown happens once, in order: the API, the worker and the projector first
+(each stopping its own workers and scheduler), then a sweep of whatever their sessions left,
+then the databases.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Final
+
+import click
+
+from events.migrations import apply_migrations
+from service.embedded import database_url, redis_url
+from service.runtime.settings import Settings
+
+DEMO_KEYS_FILE: Final = "demo-keys.json"
+DEMO_KEY_PREFIX: Final = "demo-"
+READY_TIMEOUT_SECONDS: Final = 60.0
+# Gunicorn waits up to 10 s for requests in flight; an rq job is a few milliseconds.
+STOP_TIMEOUT_SECONDS: Final = 20.0
+_POLL_SECONDS: Final = 0.1
+
+
+class _Stop(Exception):  # noqa: N818 -- a request, not an error
+    """SIGINT or SIGTERM arrived: stop everything."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@dataclass(frozen=True, slots=True)
+class DemoKey:
+    """A demo API key: its id, role and secret."""
+
+    key_id: str
+    role: str
+    secret: str
+
+
+@click.command("run")
+@click.option("--workers", type=click.IntRange(min=1), help="Gunicorn workers (serve's default).")
+@click.option("--threads", type=click.IntRange(min=1), help="Threads per gunicorn worker.")
+@click.option(
+    "--demo-keys/--no-demo-keys",
+    default=True,
+    show_default=True,
+    help="Make sure there is a demo API key for each role, and print them.",
+)
+def run(workers: int | None, threads: int | None, demo_keys: bool) -> None:
+    """Start PostgreSQL and Redis if needed, migrate, then run the API, worker and projector."""
+    settings = Settings.from_env()
+    previous = {
+        signum: signal.signal(signum, _raise_stop) for signum in (signal.SIGINT, signal.SIGTERM)
+    }
+    children: list[_Child] = []
+    failed = False
+    try:
+        with database_url(settings) as db_url, redis_url(settings) as queue_url:
+            applied = apply_migrations(db_url)
+            if applied:
+                click.echo(f"applied {len(applied)} migration(s)", err=True)
+            keys = ensure_demo_keys(db_url, settings.data_dir) if demo_keys else []
+            environment = {**os.environ, "DATABASE_URL": db_url, "REDIS_URL": queue_url}
+            address = f"{settings.api_host}:{settings.api_port}"
+            serve_arguments = ["serve", "--bind", address]
+            if workers is not None:
+                serve_arguments += ["--workers", str(workers)]
+            if threads is not None:
+                serve_arguments += ["--threads", str(threads)]
+            try:
+                children.append(_Child.start("serve", serve_arguments, environment))
+                children.append(_Child.start("worker", ["worker"], environment))
+                # The read models follow the log in a process of their own: PostgreSQL only,
+                # so they keep up even while Redis (the worker's half) is down.
+                children.append(_Child.start("projector", ["projector"], environment))
+                base_url = f"http://{address}"
+                _await_ready(base_url, children)
+                click.echo(_banner(base_url, settings, db_url, queue_url, keys))
+                failed = _watch(children)
+            finally:
+                # Further signals would only interrupt the orderly stop below.
+                for signum in previous:
+                    signal.signal(signum, signal.SIG_IGN)
+                _stop(children)
+    except _Stop as stop:
+        click.echo(f"\n{stop}: Shoebox stopped", err=True)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if failed:
+        raise click.ClickException("a Shoebox process exited unexpectedly; everything stopped")
+
+
+def _raise_stop(signum: int, frame: FrameType | None) -> None:
+    raise _Stop(signum)
+
+
+@dataclass(frozen=True, slots=True)
+class _Child:
+    name: str
+    process: subprocess.Popen[bytes]
+
+    @classmethod
+    def start(cls, name: str, arguments: list[str], environment: Mapping[str, str]) -> _Child:
+        process = subprocess.Popen(  # noqa: S603 - our own executable, a fixed argument list
+            [*_shoebox_command(), *arguments],
+            env=dict(environment),
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        return cls(name, process)
+
+
+def _shoebox_command() -> list[str]:
+    """How to run the `shoebox` CLI from this very environment."""
+    # The entry point beside this interpreter, else this interpreter running the CLI module.
+    script = Path(sys.executable).with_name("shoebox")
+    if script.is_file():
+        return [str(script)]
+    return [sys.executable, "-c", "from service.cli import main; main()"]
+
+
+def _await_ready(base_url: str, children: list[_Child]) -> None:
+    """Wait until the API answers (a 401 to an unauthenticated ping will do)."""
+    deadline = time.monotonic() + READY_TIMEOUT_SECONDS
+    while True:
+        for child in children:
+            if child.process.poll() is not None:
+                raise click.ClickException(
+                    f"shoebox {child.name} exited with status {child.process.returncode}"
+                    " while starting"
+                )
+        try:
+            with urllib.request.urlopen(f"{base_url}/v1/ping", timeout=2):  # noqa: S310
+                return
+        except urllib.error.HTTPError:
+            return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            if time.monotonic() > deadline:
+                raise click.ClickException(
+                    f"the API did not answer at {base_url} within {READY_TIMEOUT_SECONDS:g} s"
+                ) from None
+            time.sleep(_POLL_SECONDS)
+
+
+def _watch(children: list[_Child]) -> bool:
+    """Wait until a child exits (True: it should not have) or a signal interrupts."""
+    while True:
+        for child in children:
+            code = child.process.poll()
+            if code is not None:
+                click.echo(f"shoebox {child.name} exited with status {code}", err=True)
+                return True
+        time.sleep(_POLL_SECONDS)
+
+
+def _stop(children: list[_Child]) -> None:
+    """SIGTERM every child, wait, SIGKILL the stragglers, then sweep their sessions."""
+    for child in children:
+        if child.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                child.process.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + STOP_TIMEOUT_SECONDS
+    for child in children:
+        try:
+            child.process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            click.echo(f"shoebox {child.name} did not stop in time; killing it", err=True)
+            child.process.kill()
+            child.process.wait()
+    for child in children:
+        # Each child leads its own session (and process group): anything still in it, a
+        # gunicorn worker or rq's scheduler orphaned by a crash, goes too.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(child.process.pid, signal.SIGKILL)
+
+
+# Demo keys.
+
+
+def ensure_demo_keys(db_url: str, data_dir: Path) -> list[DemoKey]:
+    """A live demo key for each role: reused from the data dir's key file, or created anew.
+
+    Reusing keeps the log from growing three more live keys at every start, and keeps commands
+    copied from an earlier run working; the file is readable by its owner alone, as the data
+    dir's database already is. A key that this database does not know, or has revoked, is
+    replaced.
+    """
+    # Imported here: only `run` with demo keys needs the store and the key ring.
+    from events.postgres import PostgresEventStore, open_pool
+    from events.store import EventMetadata
+    from service.application.keys import Role, create_key, hash_key, list_keys
+
+    path = data_dir / DEMO_KEYS_FILE
+    stored = {key.role: key for key in _read_keys(path)}
+    metadata = EventMetadata(actor=f"cli:{getpass.getuser()}", role="cli")
+    keys: list[DemoKey] = []
+    with open_pool(db_url, max_size=1) as pool:
+        store = PostgresEventStore(pool)
+        live = {key.key_id: key for key in list_keys(store) if not key.revoked}
+        for role in Role:
+            candidate = stored.get(role.value)
+            known = live.get(candidate.key_id) if candidate is not None else None
+            if (
+                candidate is not None
+                and known is not None
+                and known.role is role
+                and known.key_sha256 == hash_key(candidate.secret)
+            ):
+                keys.append(candidate)
+                continue
+            issued = create_key(store, f"{DEMO_KEY_PREFIX}{role.value}", role, metadata)
+            keys.append(DemoKey(issued.key.key_id, role.value, issued.secret))
+    _write_keys(path, keys)
+    return keys
+
+
+def _read_keys(path: Path) -> Iterator[DemoKey]:
+    try:
+        entries = json.loads(path.read_text())
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError) as error:
+        click.echo(f"ignoring {path}: {error}", err=True)
+        return
+    if not isinstance(entries, list):
+        return
+    for entry in entries:
+        if isinstance(entry, dict) and all(
+            isinstance(entry.get(field), str) for field in ("key_id", "role", "secret")
+        ):
+            yield DemoKey(entry["key_id"], entry["role"], entry["secret"])
+
+
+def _write_keys(path: Path, keys: list[DemoKey]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(
+        [{"key_id": k.key_id, "role": k.role, "secret": k.secret} for k in keys], indent=2
+    )
+    # Created 0600 before any secret is written, then moved into place in one step.
+    scratch = path.with_name(path.name + ".new")
+    scratch.unlink(missing_ok=True)
+    descriptor = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as file:
+        file.write(text + "\n")
+    os.replace(scratch, path)
+
+
+def _banner(
+    base_url: str, settings: Settings, db_url: str, queue_url: str, keys: list[DemoKey]
+) -> str:
+    api = f"{base_url}/v1"
+    lines = [
+        "",
+        f"Shoebox is running: {api}",
+        f"  PostgreSQL {_where(db_url, settings.database_url, settings.data_dir / 'postgres')}",
+        f"  Redis      {_where(queue_url, settings.redis_url, settings.data_dir / 'redis')}",
+        f"  OpenAPI    {api}/openapi.json",
+    ]
+    if keys:
+        lines += ["", f"Demo API keys (kept in {settings.data_dir / DEMO_KEYS_FILE}, mode 0600):"]
+        lines += [f"  {key.role:<10} {key.secret}" for key in keys]
+        frontend = next((key for key in keys if key.role == "frontend"), keys[0])
+        lines += [
+            "",
+            "Try:",
+            f"  curl -s -H 'Authorization: Bearer {frontend.secret}' {api}/tables",
+        ]
+    lines += ["", "Press Ctrl+C to stop.", ""]
+    return "\n".join(lines)
+
+
+def _where(url: str, configured: str | None, data_dir: Path) -> str:
+    if configured:
+        return "from the environment"
+    return f"embedded, {_redacted(url)}, data in {data_dir}"
+
+
+def _redacted(url: str) -> str:
+    # Embedded servers trust local connections, so their URLs carry no password; be safe.
+    scheme, separator, rest = url.partition("://")
+    credentials, at, host = rest.rpartition("@")
+    if not at or ":" not in credentials:
+        return url
+    return f"{scheme}{separator}{credentials.split(':')[0]}:***@{host}"
+
+
+commands: list[click.Command] = [run]

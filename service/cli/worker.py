@@ -1,0 +1,52 @@
+"""`shoebox worker`: the RQ worker, with rq's scheduler, that closes betting windows on time."""
+
+import logging
+from dataclasses import replace
+from datetime import timedelta
+
+import click
+
+from events.migrations import apply_migrations
+from service.embedded import database_url, redis_url
+from service.runtime.settings import Settings
+
+
+@click.command()
+@click.option(
+    "--queue",
+    "queue_name",
+    metavar="NAME",
+    default=None,
+    help="The queue to serve. Default: the one the API schedules on.",
+)
+@click.option("--burst", is_flag=True, help="Run the jobs that are due, then stop.")
+def worker(queue_name: str | None, burst: bool) -> None:
+    """Run the jobs that close betting windows, with rq's scheduler, until interrupted."""
+    # Imported here: the CLI's other commands should not pay for importing rq and the service.
+    from redis import Redis
+    from rq import Queue, SimpleWorker
+    from rq.serializers import JSONSerializer
+
+    from service.runtime import jobs
+    from service.runtime.scheduler import WINDOW_QUEUE
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    settings = Settings.from_env()
+    with database_url(settings) as db_url, redis_url(settings) as queue_url:
+        # Harmless when `shoebox serve` got there first: yoyo takes a lock and skips the applied.
+        apply_migrations(db_url)
+        name = queue_name or WINDOW_QUEUE
+        jobs.configure(replace(settings, database_url=db_url, redis_url=queue_url), name)
+        connection = Redis.from_url(queue_url)
+        queue = Queue(name, connection=connection, serializer=JSONSerializer)
+        # A SimpleWorker runs each job in this process rather than a fork per job: a job is a
+        # few milliseconds of PostgreSQL, and the pool and caches built by the first job serve
+        # every later one.
+        rq_worker = SimpleWorker([queue], connection=connection, serializer=JSONSerializer)
+        # Interrupted rounds are looked for now and then every minute (service/recovery.py).
+        jobs.schedule_recovery(queue, timedelta(0))
+        click.echo(f"worker serving queue {queue.name!r} on {queue_url}", err=True)
+        rq_worker.work(burst=burst, with_scheduler=True, logging_level="INFO")
+
+
+commands: list[click.Command] = [worker]

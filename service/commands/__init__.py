@@ -1,1 +1,0 @@
-"""Command-line commands, one module per concern; `service.cli` collects them."""

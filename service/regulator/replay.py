@@ -1,0 +1,315 @@
+"""Reading rounds and shoes back from the log for regulators: replays, shoe records, checks.
+
+Everything here is derived from the recorded events alone, never from the service's caches or
+its shoe secrets: a replay is what the log says happened, re-enacted step by step, and a shoe
+check re-derives the shoe from the seed the log revealed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from domain.cards import CARDS_PER_DECK, card_value, parse_card
+from domain.wallet import WALLET_EVENT_TYPES, Wallet, WalletEvent, evolve_wallet
+from events.canonical import format_timestamp
+from events.store import EventStore, RecordedEvent
+from service.application.streams import TABLE, from_recorded_as, id_of, table_stream, wallet_stream
+from service.regulator.export import event_line, wallet_state
+from service.regulator.verification import Report, verify_shoe_rounds
+
+_BATCH = 5000
+
+
+class RoundStatus(StrEnum):
+    """Where a replayed round got to."""
+
+    IN_PROGRESS = "in_progress"
+    COMPLETE = "complete"
+    INTERRUPTED = "interrupted"
+    VOIDED = "voided"
+
+
+class NotInLogError(LookupError):
+    """No round or shoe of that id is in the log."""
+
+
+def _round_table(round_id: str) -> str:
+    # Round ids are "{table_id}-{number}" (domain.table.round_id_for); table ids may hold "-".
+    table_id, _, number = round_id.rpartition("-")
+    if not table_id or not number.isdigit():
+        raise NotInLogError(f"{round_id!r} is not a round id")
+    return table_id
+
+
+def round_replay(store: EventStore, round_id: str) -> dict[str, Any]:
+    """The round's events in order and a re-enactment of them, marked as a replay."""
+    table_id = _round_table(round_id)
+    table_events = store.read_stream(table_stream(table_id), upcast=False)
+    events = [e for e in table_events if e.payload.get("round_id") == round_id]
+    if not events:
+        raise NotInLogError(f"no round {round_id} in the log")
+    types = {event.type for event in events}
+    later_round = any(
+        e.type == "RoundOpened" and e.position > events[0].position for e in table_events
+    )
+    dealt = "CardDrawn" in types
+    if "RoundVoided" in types:
+        status = RoundStatus.VOIDED
+    elif "RoundSettled" in types or "RoundEndedWithoutPlay" in types:
+        status = RoundStatus.COMPLETE
+    elif dealt or later_round:
+        # Begun but never finished, and the table has moved on or the deal stopped part-way.
+        status = RoundStatus.INTERRUPTED
+    else:
+        status = RoundStatus.IN_PROGRESS
+    players = _participants(events)
+    wallet_events: dict[str, list[RecordedEvent]] = {
+        player: store.read_stream(wallet_stream(player)) for player in players
+    }
+    balances = {
+        player: _balances(round_id, events[0].position, recorded)
+        for player, recorded in wallet_events.items()
+    }
+    related = sorted(
+        [*events, *(e for rs in wallet_events.values() for e in rs if _of_round(e, round_id))],
+        key=lambda e: e.position,
+    )
+    return {
+        "replay": True,
+        "notice": (
+            "REPLAY: a re-enactment of round events already recorded in the log; "
+            "nothing here was dealt or paid again"
+        ),
+        "round_id": round_id,
+        "table_id": table_id,
+        "status": status,
+        "events": [event_line(event) for event in related],
+        "seats": _seats(events),
+        "steps": list(_steps(events)),
+        "outcome": next((e.payload["outcome"] for e in events if e.type == "CoupCompleted"), None),
+        "settlements": [
+            {
+                key: e.payload[key]
+                for key in ("seat", "player_id", "spot", "stake", "payout", "commission")
+            }
+            | {"reversed": e.type == "SettlementReversed"}
+            for e in events
+            if e.type in ("BetSettled", "SettlementReversed")
+        ],
+        "wallets": [
+            {"player_id": player, "before": before, "after": after}
+            for player, (before, after) in balances.items()
+        ],
+    }
+
+
+def _participants(events: list[RecordedEvent]) -> list[str]:
+    players: dict[str, None] = {}
+    for event in events:
+        if event.type == "RoundOpened":
+            for _, player in _participant_pairs(event):
+                players[str(player)] = None
+        elif "player_id" in event.payload:
+            players[str(event.payload["player_id"])] = None
+    return list(players)
+
+
+def _participant_pairs(event: RecordedEvent) -> list[tuple[int, str]]:
+    pairs = event.payload["participants"]
+    assert isinstance(pairs, list)
+    return [(int(str(seat)), str(player)) for seat, player in pairs]
+
+
+def _of_round(event: RecordedEvent, round_id: str) -> bool:
+    return event.payload.get("round_id") == round_id
+
+
+def _balances(
+    round_id: str, start: int, recorded: list[RecordedEvent]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The wallet before the round's first event, and after the last of its own events."""
+    ends = [e.position for e in recorded if _of_round(e, round_id)]
+    end = max(ends) if ends else start
+    wallet = before = Wallet(id_of(recorded[0].stream_id) if recorded else "")
+    for stored in recorded:
+        if stored.position > end:
+            break
+        if stored.position < start:
+            before = wallet = evolve_wallet(wallet, _wallet_event(stored))
+        else:
+            wallet = evolve_wallet(wallet, _wallet_event(stored))
+    return _balance(before), _balance(wallet)
+
+
+def _wallet_event(stored: RecordedEvent) -> WalletEvent:
+    event: WalletEvent = from_recorded_as(stored, WALLET_EVENT_TYPES)
+    return event
+
+
+def _balance(wallet: Wallet) -> dict[str, Any]:
+    state = wallet_state(wallet)
+    return {"available": state["available"], "reserved": state["reserved"]}
+
+
+def _seats(events: list[RecordedEvent]) -> list[dict[str, Any]]:
+    seats: dict[str, dict[str, Any]] = {}
+    for event in events:
+        payload = event.payload
+        if event.type == "RoundOpened":
+            for number, player in _participant_pairs(event):
+                seats[player] = {"seat": number, "player_id": player, "bets": {}, "action": None}
+        elif event.type in ("BetPlaced", "StakeReturned") and str(payload["player_id"]) in seats:
+            bets = seats[str(payload["player_id"])]["bets"]
+            sign = 1 if event.type == "BetPlaced" else -1
+            spot = str(payload["spot"])
+            bets[spot] = bets.get(spot, 0) + sign * int(str(payload["stake"]))
+        elif event.type in ("DealPressed", "PlayerPassed", "PlayerExcluded"):
+            acted = seats.get(str(payload["player_id"]))
+            if acted is not None:
+                acted["action"] = event.type
+    return [
+        {**seat, "bets": [{"spot": s, "stake": p} for s, p in seat["bets"].items() if p]}
+        for seat in seats.values()
+    ]
+
+
+def _steps(events: list[RecordedEvent]) -> Iterator[str]:
+    """The round told step by step, as a dealer would call it, from the recorded facts."""
+    hands: dict[str, list[int]] = {"player": [], "banker": []}
+    for event in events:
+        payload = event.payload
+        when = format_timestamp(event.recorded_at)
+        match event.type:
+            case "RoundOpened":
+                yield f"{when} round {payload['number']} opens; betting until {payload['deadline']}"
+            case "BetPlaced":
+                yield (
+                    f"{when} seat {payload['seat']} ({payload['player_id']}) bets "
+                    f"{payload['stake']}p on {payload['spot']}"
+                )
+            case "StakeReturned":
+                yield (
+                    f"{when} seat {payload['seat']} ({payload['player_id']}) gets back "
+                    f"{payload['stake']}p on {payload['spot']} ({payload['reason']})"
+                )
+            case "DealPressed" | "PlayerPassed":
+                verb = "presses Deal" if event.type == "DealPressed" else "passes"
+                yield f"{when} seat {payload['seat']} ({payload['player_id']}) {verb}"
+            case "PlayerExcluded":
+                yield f"{when} seat {payload['seat']} is excluded ({payload['reason']})"
+            case "CardDrawn":
+                hand = str(payload["hand"])
+                hands[hand].append(card_value(parse_card(str(payload["card"]))))
+                total = sum(hands[hand]) % 10
+                yield (
+                    f"{when} {hand} draws {payload['card']} from shoe position "
+                    f"{payload['position']}: {payload['reason']}; {hand} total {total}"
+                )
+            case "HandStood":
+                yield f"{when} {payload['hand']} stands: {payload['reason']}"
+            case "CoupCompleted":
+                yield (
+                    f"{when} Player {payload['player_total']}, Banker {payload['banker_total']}: "
+                    f"{payload['outcome']} wins"
+                )
+            case "BetSettled":
+                yield (
+                    f"{when} seat {payload['seat']} ({payload['player_id']}) {payload['stake']}p "
+                    f"on {payload['spot']} is paid {payload['payout']}p "
+                    f"(commission {payload['commission']}p)"
+                )
+            case "SettlementReversed":
+                yield (
+                    f"{when} VOID: {payload['player_id']}'s payout of {payload['payout']}p is "
+                    f"taken back and the {payload['stake']}p stake returned"
+                )
+            case "RoundVoided":
+                yield f"{when} the round is VOIDED: {payload['reason']}"
+            case "DealResumed":
+                yield f"{when} an interrupted deal is resumed from the committed shoe"
+            case "RoundSettled":
+                yield f"{when} the round is settled"
+            case "RoundEndedWithoutPlay":
+                yield f"{when} the round ends without play: no card was dealt"
+            case _:
+                yield f"{when} {event.type}"
+
+
+# Shoes.
+
+
+@dataclass(frozen=True, slots=True)
+class ShoeRecord:
+    """What the log says of a shoe: where it was opened, its published facts, its events."""
+
+    table_id: str
+    opened: Mapping[str, Any]
+    server_seed: str | None
+    retired: bool
+    events: list[RecordedEvent]
+
+
+def find_shoe(store: EventStore, shoe_id: str) -> ShoeRecord:
+    """The shoe's record from the table stream that opened it."""
+    after = 0
+    while True:
+        batch = store.read_all(after, _BATCH, categories=[TABLE], types=["ShoeOpened"])
+        for event in batch:
+            if event.payload.get("shoe_id") == shoe_id:
+                return _shoe_record(store, event.stream_id, shoe_id)
+        if not batch or after >= store.head():
+            raise NotInLogError(f"no shoe {shoe_id} in the log")
+        after = batch[-1].position
+
+
+def _shoe_record(store: EventStore, stream_id: str, shoe_id: str) -> ShoeRecord:
+    events = store.read_stream(stream_id, upcast=False)
+    rounds = {
+        str(e.payload["round_id"])
+        for e in events
+        if e.type == "CardDrawn" and e.payload.get("shoe_id") == shoe_id
+    }
+    mine = [
+        e
+        for e in events
+        if e.payload.get("shoe_id") == shoe_id or e.payload.get("round_id") in rounds
+    ]
+    opened = next(e.payload for e in mine if e.type == "ShoeOpened")
+    revealed = next((e.payload for e in mine if e.type == "ShoeRevealed"), None)
+    return ShoeRecord(
+        table_id=id_of(stream_id),
+        opened=opened,
+        server_seed=None if revealed is None else str(revealed["server_seed"]),
+        retired=any(e.type == "ShoeRetired" for e in mine),
+        events=mine,
+    )
+
+
+def shoe_view(record: ShoeRecord) -> dict[str, Any]:
+    """The shoe as published: the seed only once the shoe has retired and it was revealed."""
+    opened = record.opened
+    dealt = sum(1 for e in record.events if e.type == "CoupCompleted")
+    cards = sum(1 for e in record.events if e.type == "CardDrawn")
+    return {
+        "shoe_id": opened["shoe_id"],
+        "table_id": record.table_id,
+        "server_seed_hash": opened["server_seed_hash"],
+        "client_seed": opened["client_seed"],
+        "nonce": opened["nonce"],
+        "decks": opened["decks"],
+        "hands": opened["hands"],
+        "hands_dealt": dealt,
+        "cards_dealt": cards,
+        "cards_left": int(str(opened["decks"])) * CARDS_PER_DECK - cards,
+        "retired": record.retired,
+        "server_seed": record.server_seed if record.retired else None,
+    }
+
+
+def verify_shoe(record: ShoeRecord) -> Report:
+    """Re-derive the shoe from its revealed seed and check every coup dealt from it."""
+    shoe = {"kind": "shoe", **shoe_view(record), "server_seed": record.server_seed}
+    return verify_shoe_rounds(shoe, [event_line(event) for event in record.events])

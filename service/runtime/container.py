@@ -1,0 +1,79 @@
+"""The container: the services one process of the API shares, wired in one place."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from psycopg_pool import ConnectionPool
+
+from events.postgres import Pool
+from events.store import Clock, EventStore
+from service.application.chat import ChatService
+from service.application.game.tables import GameService, WindowScheduler
+from service.application.keys import KeyRing
+from service.application.players import LimitCache, PlayerService
+from service.application.read_models.queries import ProjectionService
+from service.application.streams import TableCache
+from service.application.wallets import WalletCache, WalletService
+from service.runtime.failpoints import deal_append_hook
+from service.runtime.settings import Settings
+
+
+@dataclass(frozen=True, slots=True)
+class Container:
+    """Everything a view needs, wired once by create_app."""
+
+    settings: Settings
+    store: EventStore
+    clock: Clock
+    keys: KeyRing
+    games: GameService
+    wallets: WalletService
+    players: PlayerService
+    chat: ChatService
+    # The pool create_app opened, closed with the app; None when the store was handed in.
+    pool: ConnectionPool[Any] | None = None
+    # The read models. None only when an in-memory store was handed in (the unit tests' wiring),
+    # where there is no PostgreSQL to project into: see `reads_from_projections`.
+    projections: ProjectionService | None = None
+
+    def close(self) -> None:
+        """Release the connections create_app opened."""
+        if self.pool is not None:
+            self.pool.close()
+
+
+def wire(
+    settings: Settings,
+    store: EventStore,
+    clock: Clock,
+    scheduler: WindowScheduler | None,
+    pool: Pool | None,
+    projections: ProjectionService | None,
+) -> Container:
+    """The services a process of the API shares, over one store and one cache of each aggregate."""
+    # One cache of each aggregate for the process, shared by every service that reads it:
+    # each loads only the events after its cached version, so sharing is safe and cheaper.
+    tables, wallets, limits = TableCache(), WalletCache(), LimitCache()
+    games = GameService(
+        store,
+        clock,
+        scheduler,
+        tables=tables,
+        wallets=wallets,
+        limits=limits,
+        before_deal_append=deal_append_hook(),
+    )
+    return Container(
+        settings=settings,
+        store=store,
+        clock=clock,
+        keys=KeyRing(store),
+        games=games,
+        wallets=WalletService(store, clock, wallets=wallets),
+        players=PlayerService(store, clock, limits=limits),
+        chat=ChatService(store, clock, games, tables=tables),
+        pool=pool,
+        projections=projections,
+    )

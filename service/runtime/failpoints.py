@@ -1,0 +1,44 @@
+"""Test-only failpoints: places where a process can be made to hang so that a test can kill it.
+
+The application layer knows nothing of them: the runtime hands GameService a hook
+(`deal_append_hook`) only when a failpoint is armed in the environment.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Final
+
+log = logging.getLogger(__name__)
+
+# The test-only failpoint. It pauses a deal just before its append, forever, so that an
+# end-to-end test can kill the server mid-deal. Two variables must both be set, one of them
+# to a sentence nobody types by accident; a process that reaches it logs a CRITICAL line.
+FAILPOINT: Final = "SHOEBOX_TEST_FAILPOINT"
+FAILPOINT_CONSENT: Final = "SHOEBOX_TEST_FAILPOINT_CONSENT"
+FAILPOINT_MARKER: Final = "SHOEBOX_TEST_FAILPOINT_MARKER"
+CONSENT: Final = "this process may hang forever, it is a test"
+PAUSE_BEFORE_DEAL_APPEND: Final = "pause-before-deal-append"
+
+
+def failpoint(name: str) -> None:
+    """Hang here, after touching the marker file, if the test-only failpoint `name` is armed."""
+    if os.environ.get(FAILPOINT) != name or os.environ.get(FAILPOINT_CONSENT) != CONSENT:
+        return
+    log.critical("test failpoint %s reached: this process now hangs until killed", name)
+    marker = os.environ.get(FAILPOINT_MARKER)
+    if marker:
+        Path(marker).write_text(f"{os.getpid()}\n")
+    while True:
+        time.sleep(3600)
+
+
+def deal_append_hook() -> Callable[[], None] | None:
+    """The hook GameService calls before a deal's append, if that failpoint is armed; else None."""
+    if os.environ.get(FAILPOINT) != PAUSE_BEFORE_DEAL_APPEND:
+        return None
+    return lambda: failpoint(PAUSE_BEFORE_DEAL_APPEND)

@@ -1,0 +1,174 @@
+"""The jobs `shoebox worker` runs: importable top-level functions that take plain ids.
+
+A job builds what it needs once per worker process, on its first call, from the settings that
+`configure` was given (by `shoebox worker`) or else from the environment. Nothing connects at
+import time. The worker runs jobs in its own process (rq's SimpleWorker), so the pool and the
+caches of tables, wallets and shuffled shoes live as long as the worker does.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING, Final
+
+from events.postgres import Pool, PostgresEventStore, app_conninfo, open_pool
+from events.store import utc_now
+from service.application.errors import NotFound
+from service.application.game.recovery import recover
+from service.application.game.tables import GameService, WindowScheduler
+from service.application.read_models import projector
+from service.runtime.failpoints import deal_append_hook
+from service.runtime.scheduler import WINDOW_QUEUE, RqWindowScheduler
+from service.runtime.settings import Settings, SettingsError
+
+if TYPE_CHECKING:
+    from rq import Queue
+
+log = logging.getLogger(__name__)
+
+RECOVERY_INTERVAL: Final = timedelta(seconds=60)
+
+# One job at a time per worker process. A window job needs one connection (and a spare for a
+# slow release); a rebuild needs four: its lock, its writes and two read-ahead readers.
+POOL_SIZE: Final = 5
+
+CLOSED: Final = "closed"
+NOTHING_DUE: Final = "nothing due"
+GONE: Final = "no such table or round"
+
+
+@dataclass(frozen=True, slots=True)
+class _Services:
+    store: PostgresEventStore
+    games: GameService
+    pool: Pool
+
+
+_lock = threading.Lock()
+_settings: Settings | None = None
+_queue_name = WINDOW_QUEUE
+_services: _Services | None = None
+
+
+def configure(settings: Settings, queue_name: str = WINDOW_QUEUE) -> None:
+    """Build the jobs' services from `settings` (URLs resolved), scheduling on `queue_name`."""
+    global _settings, _queue_name
+    with _lock:
+        if _services is not None:
+            raise RuntimeError("the jobs' services are already built; configure before work")
+        _settings = settings
+        _queue_name = queue_name
+
+
+def close_betting_window(table_id: str, round_id: str) -> str:
+    """Close a round's betting window if it is still open and due, then deal; say what happened.
+
+    Safe to run any number of times: a round already dealt (by an earlier run, or lazily by a
+    request to its table) is left alone.
+    """
+    games = _built().games
+    try:
+        receipt = games.close_window(table_id, round_id)
+    except NotFound as gone:
+        # Retrying cannot make a table or round appear; the job is simply moot.
+        log.warning("window job for round %s at table %s: %s", round_id, table_id, gone)
+        return GONE
+    if receipt is None:
+        return NOTHING_DUE
+    log.info("closed the window of round %s at table %s", round_id, table_id)
+    return CLOSED
+
+
+def rebuild_projection(name: str) -> str:
+    """Rebuild one read model from position 0 beside the live one and swap it in; say how far.
+
+    Safe to run any number of times, even twice at once: each run builds its own shadow and the
+    swap happens under the projection's checkpoint lock, so the last one simply wins with the
+    same rows. A name that is not a projection fails at once rather than being retried.
+    """
+    result = projector.rebuild(_built().pool, [name])
+    log.info("rebuilt %s: %d events up to %d", name, result.events, result.position)
+    return f"rebuilt {name} up to {result.position}"
+
+
+def recover_interrupted_rounds() -> str:
+    """The periodic job: complete (or void) every round left due but undealt, then come again.
+
+    Safe to run any number of times, and by several workers: recovery appends with the
+    table's expected version, so a round is completed once whoever gets there first.
+    """
+    services = _built()
+    try:
+        recovered = recover(services.store, services.games, utc_now)
+    finally:
+        from rq import Queue, get_current_job
+        from rq.serializers import JSONSerializer
+
+        job = get_current_job()
+        if job is not None:
+            queue = Queue(job.origin, connection=job.connection, serializer=JSONSerializer)
+            schedule_recovery(queue, RECOVERY_INTERVAL)
+    for outcome in recovered:
+        log.warning(
+            "recovered round %s at table %s: %s", outcome.round_id, outcome.table_id, outcome.action
+        )
+    return f"recovered {len(recovered)} round(s)"
+
+
+def schedule_recovery(queue: Queue, delay: timedelta = RECOVERY_INTERVAL) -> None:
+    """Schedule the recovery job once per interval, whichever worker asks first."""
+    from rq import Retry
+
+    # One id per interval slot: workers starting together, or a run rescheduling itself,
+    # cannot pile up copies of the job.
+    slot = int((utc_now() + delay).timestamp() // RECOVERY_INTERVAL.total_seconds())
+    queue.enqueue_in(
+        delay,
+        recover_interrupted_rounds,
+        job_id=f"shoebox-recovery-{slot}",
+        retry=Retry(max=3, interval=[5, 15, 30]),
+    )
+
+
+def _built() -> _Services:
+    global _services
+    with _lock:
+        if _services is None:
+            settings = _settings if _settings is not None else Settings.from_env()
+            _services = _build(settings, _queue_name)
+        return _services
+
+
+def _build(settings: Settings, queue_name: str) -> _Services:
+    if settings.database_url is None:
+        raise SettingsError(
+            "the worker's jobs need DATABASE_URL; `shoebox worker` sets it, starting the"
+            " embedded PostgreSQL when it is unset"
+        )
+    conninfo = settings.app_database_url or app_conninfo(settings.database_url, environ={})
+    pool = open_pool(conninfo, max_size=POOL_SIZE)
+    atexit.register(pool.close)
+    # Dealing a round opens the next one, whose window this worker's scheduler schedules.
+    scheduler: WindowScheduler | None = (
+        RqWindowScheduler.from_url(settings.redis_url, queue_name=queue_name)
+        if settings.redis_url
+        else None
+    )
+    store = PostgresEventStore(pool, utc_now)
+    games = GameService(store, utc_now, scheduler, before_deal_append=deal_append_hook())
+    return _Services(store=store, games=games, pool=pool)
+
+
+def reset() -> None:
+    """Forget the built services and configuration, closing the pool: for tests."""
+    global _settings, _queue_name, _services
+    with _lock:
+        if _services is not None:
+            _services.pool.close()
+        _services = None
+        _settings = None
+        _queue_name = WINDOW_QUEUE

@@ -1,0 +1,153 @@
+"""The REST API's plumbing: a typed Blueprint, blueprint discovery, and the per-request accessors.
+
+A resource is one module of service/web/resources that exports `blp`, a `service.web.api.Blueprint`
+carrying `MethodView`s whose methods declare their roles with `service.web.auth.roles`.
+`register_blueprints` mounts every such module under /v1 in the order of the module names,
+so adding a resource is adding a module; no central list needs editing.
+
+Views reach the wiring through `container()` and the caller through `actor()`.
+"""
+
+from __future__ import annotations
+
+import http
+import importlib
+import pkgutil
+from collections.abc import Callable, Sequence
+from typing import Any, Final, TypeVar, cast
+
+import marshmallow as ma
+
+# flask-smorest ships no type information; this module is the one place that touches it
+# untyped, and gives the rest of the service typed decorators in return.
+from flask import current_app, g
+from flask.views import MethodView
+from flask_smorest import Api as _Api  # type: ignore[import-untyped]
+from flask_smorest import Blueprint as _Blueprint
+from flask_smorest.utils import prepare_response  # type: ignore[import-untyped]
+from webargs.flaskparser import abort
+
+from service.application.actor import Actor
+from service.application.read_models.queries import ProjectionService
+from service.runtime.container import Container
+from service.web.problems import PROBLEM_MIMETYPE, Problem, ProblemSchema, http_problem
+
+__all__ = [
+    "API_PREFIX",
+    "Blueprint",
+    "ShoeboxApi",
+    "abort",
+    "actor",
+    "container",
+    "projections",
+    "register_blueprints",
+]
+
+API_PREFIX: Final = "/v1"
+RESOURCES: Final = "service.web.resources"
+"""The package whose modules are the API's resources, one `blp` each."""
+EXTENSION: Final = "shoebox"
+
+ViewFunction = TypeVar("ViewFunction", bound=Callable[..., Any])
+Resource = TypeVar("Resource", bound=type[MethodView])
+SchemaArgument = type[ma.Schema] | ma.Schema
+
+
+class Blueprint(_Blueprint):  # type: ignore[misc]
+    """flask-smorest's Blueprint with typed decorators, so that views stay checked by mypy."""
+
+    def route(
+        self,
+        rule: str,
+        *,
+        parameters: Sequence[Any] | None = None,
+        tags: Sequence[str] | None = None,
+        **options: Any,
+    ) -> Callable[[Resource], Resource]:
+        """Register a MethodView at `rule`, below the blueprint's prefix."""
+        decorator = super().route(rule, parameters=parameters, tags=tags, **options)
+        return cast("Callable[[Resource], Resource]", decorator)
+
+    def arguments(
+        self, schema: SchemaArgument, *, location: str = "json", **options: Any
+    ) -> Callable[[ViewFunction], ViewFunction]:
+        """Parse and validate one request location with `schema`; the view gets the result."""
+        decorator = super().arguments(schema, location=location, **options)
+        return cast("Callable[[ViewFunction], ViewFunction]", decorator)
+
+    def response(
+        self, status_code: int, schema: SchemaArgument | None = None, **options: Any
+    ) -> Callable[[ViewFunction], ViewFunction]:
+        """Serialise the view's return value with `schema` and document it."""
+        decorator = super().response(status_code, schema, **options)
+        return cast("Callable[[ViewFunction], ViewFunction]", decorator)
+
+    def alt_response(
+        self, status_code: int, **options: Any
+    ) -> Callable[[ViewFunction], ViewFunction]:
+        """Document another response the view can give."""
+        decorator = super().alt_response(status_code, **options)
+        return cast("Callable[[ViewFunction], ViewFunction]", decorator)
+
+
+class ShoeboxApi(_Api):  # type: ignore[misc]
+    """flask-smorest's Api, documenting and answering its errors as RFC 9457 problems."""
+
+    ERROR_SCHEMA = ProblemSchema
+
+    def handle_http_exception(self, error: Exception) -> Any:
+        """Answer an HTTP error, flask-smorest's own abort() included, as a problem."""
+        return http_problem(error).response()  # type: ignore[arg-type]
+
+    def _register_responses(self) -> None:
+        # flask-smorest's own version documents its errors as application/json; ours are
+        # problems. Otherwise the same: one lazy response per status, and DEFAULT_ERROR.
+        for status in http.HTTPStatus:
+            response: dict[str, Any] = {"description": status.phrase}
+            if status >= 400:
+                response["schema"] = self.ERROR_SCHEMA
+            prepare_response(response, self.spec, PROBLEM_MIMETYPE)
+            self.spec.components.response(status.name, response, lazy=True)
+        default = {"description": "A problem document", "schema": self.ERROR_SCHEMA}
+        prepare_response(default, self.spec, PROBLEM_MIMETYPE)
+        self.spec.components.response(self.DEFAULT_ERROR_RESPONSE_NAME, default, lazy=True)
+
+
+def container() -> Container:
+    """The current app's container."""
+    wiring = current_app.extensions[EXTENSION]
+    if not isinstance(wiring, Container):
+        raise TypeError("the app was not built by service.web.app.create_app")
+    return wiring
+
+
+def projections() -> ProjectionService:
+    """The read models; a 503 problem when this app was wired without them."""
+    found = container().projections
+    if found is None:
+        raise Problem(
+            503, "service-unavailable", "This server was started without its read models."
+        )
+    return found
+
+
+def actor() -> Actor:
+    """The authenticated caller of the current request."""
+    caller = g.get("actor")
+    if not isinstance(caller, Actor):
+        raise RuntimeError("no authenticated caller: the view was reached without the auth hook")
+    return caller
+
+
+def register_blueprints(api: ShoeboxApi) -> list[str]:
+    """Mount every resource module's `blp` under API_PREFIX; return the module names."""
+    mounted: list[str] = []
+    package = importlib.import_module(RESOURCES)
+    for module_info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"{RESOURCES}.{module_info.name}")
+        blueprint = getattr(module, "blp", None)
+        if not isinstance(blueprint, Blueprint):
+            continue
+        api.register_blueprint(blueprint, url_prefix=API_PREFIX + (blueprint.url_prefix or ""))
+        mounted.append(module_info.name)
+    return mounted

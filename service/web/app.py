@@ -1,0 +1,168 @@
+"""create_app: the one place the Flask API is wired. Nothing connects at import time."""
+
+from __future__ import annotations
+
+import atexit
+import re
+import uuid
+from typing import Final
+
+from flask import Flask, Response, current_app, g, request
+from webargs.core import is_json
+
+from events.postgres import Pool, PostgresEventStore, app_conninfo, open_pool
+from events.store import Clock, EventStore, utc_now
+from service.application.actor import Actor
+from service.application.game.tables import WindowScheduler
+from service.application.keys import ApiKey
+from service.application.read_models.queries import ProjectionService
+from service.runtime.container import wire
+from service.runtime.scheduler import RqWindowScheduler
+from service.runtime.settings import Settings, SettingsError
+from service.web import idempotency
+from service.web.api import API_PREFIX, EXTENSION, ShoeboxApi, register_blueprints
+from service.web.auth import authenticate_request, check_roles_declared
+from service.web.problems import Problem, register_problem_handlers
+
+API_TITLE: Final = "Shoebox"
+API_VERSION: Final = "1.0.0"
+OPENAPI_VERSION: Final = "3.1.0"
+MAX_BODY_BYTES: Final = 16 * 1024
+DEFAULT_POOL_SIZE: Final = 8
+REQUEST_ID_HEADER: Final = "X-Request-Id"
+BEARER_SCHEME: Final = "bearerAuth"
+# A caller's request id is echoed in a header and recorded in the log, so it is held to
+# printable ASCII without spaces; anything else is replaced by one of ours.
+_REQUEST_ID: Final = re.compile(r"[!-~]{1,128}")
+_BODY_METHODS: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+API_DESCRIPTION: Final = """\
+Multi-player Punto Banco (Atlantic City rules) with a provably fair shoe.
+
+Every request needs `Authorization: Bearer <api key>`; keys are made with
+`shoebox keys create --role {frontend,ops,regulator} --name NAME`. Each operation lists the
+roles it admits in `x-roles`.
+
+Every POST, PUT, PATCH and DELETE accepts an `Idempotency-Key` header (1 to 255 printable
+ASCII characters, scoped to the API key): a retry gets the first response, marked
+`Idempotent-Replayed: true`, and nothing is applied twice. The same key with a different
+request is a 422 problem; a key whose first request is still running, a 409.
+
+Errors are RFC 9457 `application/problem+json` documents with `type`, `title`, `status`,
+`detail` and `request_id`; validation errors add `errors` (field, message, location), and a
+refused game rule adds `rule`. Send `X-Request-Id` to choose the request id; it is echoed.
+"""
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    store: EventStore | None = None,
+    clock: Clock | None = None,
+    scheduler: WindowScheduler | None = None,
+    pool_size: int = DEFAULT_POOL_SIZE,
+    projections: ProjectionService | None = None,
+) -> Flask:
+    """Build the API over `store`, or over a pool on the settings' database if none is given.
+
+    `scheduler` closes betting windows on time: by default the RQ scheduler when the settings
+    name a Redis; with neither, windows are closed lazily by the next request to their table.
+    Reads come from the read models: over the app's own pool, or `projections` when a store is
+    handed in; with neither (an in-memory store), the read endpoints fold the streams instead.
+    """
+    settings = settings if settings is not None else Settings.from_env()
+    clock = clock if clock is not None else utc_now
+    if scheduler is None and settings.redis_url:
+        # Connects to nothing yet; a Redis that is down only costs windows their promptness.
+        scheduler = RqWindowScheduler.from_url(settings.redis_url)
+    pool: Pool | None = None
+    if store is None:
+        pool = _open_pool(settings, pool_size)
+        store = PostgresEventStore(pool, clock)
+        # Gunicorn workers leave through sys.exit, which runs atexit: connections close cleanly.
+        atexit.register(pool.close)
+
+    app = Flask(__name__, static_folder=None)
+    app.config.update(
+        MAX_CONTENT_LENGTH=MAX_BODY_BYTES,
+        API_TITLE=API_TITLE,
+        API_VERSION=API_VERSION,
+        OPENAPI_VERSION=OPENAPI_VERSION,
+        OPENAPI_URL_PREFIX=API_PREFIX,
+        OPENAPI_JSON_PATH="openapi.json",
+        API_SPEC_OPTIONS={
+            "info": {"description": API_DESCRIPTION},
+            "security": [{BEARER_SCHEME: []}],
+        },
+    )
+    if projections is None and pool is not None:
+        projections = ProjectionService(pool, clock)
+    app.extensions[EXTENSION] = wire(settings, store, clock, scheduler, pool, projections)
+
+    api = ShoeboxApi(app)
+    api.spec.components.security_scheme(
+        BEARER_SCHEME, {"type": "http", "scheme": "bearer", "description": "An API key."}
+    )
+    register_problem_handlers(app)
+    register_blueprints(api)
+    check_roles_declared(app)
+
+    # Before the view, in this order; a hook that raises a Problem ends the request.
+    app.before_request(_assign_request_id)
+    app.before_request(authenticate_request)
+    app.before_request(_check_body)
+    app.before_request(idempotency.begin_request)
+    app.before_request(_identify_caller)
+    # After the view, in the reverse of this order: the response is settled, then labelled.
+    app.after_request(_echo_request_id)
+    app.after_request(idempotency.finish_request)
+    return app
+
+
+def _open_pool(settings: Settings, pool_size: int) -> Pool:
+    if settings.database_url is None:
+        raise SettingsError(
+            "create_app needs DATABASE_URL; `shoebox serve` sets it, starting the embedded"
+            " PostgreSQL when it is unset"
+        )
+    conninfo = settings.app_database_url or app_conninfo(settings.database_url, environ={})
+    return open_pool(conninfo, max_size=pool_size)
+
+
+def _assign_request_id() -> None:
+    offered = request.headers.get(REQUEST_ID_HEADER, "")
+    g.request_id = offered if _REQUEST_ID.fullmatch(offered) else uuid.uuid4().hex
+
+
+def _check_body() -> None:
+    if request.method not in _BODY_METHODS:
+        return
+    length = request.content_length
+    limit = current_app.config["MAX_CONTENT_LENGTH"]
+    if length is not None and length > limit:
+        raise Problem(413, "body-too-large", f"A request body holds at most {limit} bytes.")
+    has_body = bool(length) or "chunked" in request.headers.get("Transfer-Encoding", "")
+    if has_body and not is_json(request.mimetype):
+        raise Problem(
+            415,
+            "unsupported-media-type",
+            f"Send the body as application/json, not {request.mimetype or 'untyped'}.",
+        )
+
+
+def _identify_caller() -> None:
+    api_key = g.get("api_key")
+    if isinstance(api_key, ApiKey):
+        g.actor = Actor(
+            actor_id=api_key.key_id,
+            role=api_key.role.value,
+            request_id=g.request_id,
+            idempotency=g.get("idempotency"),
+        )
+
+
+def _echo_request_id(response: Response) -> Response:
+    request_id = g.get("request_id")
+    if isinstance(request_id, str):
+        response.headers[REQUEST_ID_HEADER] = request_id
+    return response

@@ -1,0 +1,178 @@
+"""The Idempotency-Key header: a retried POST, PUT, PATCH or DELETE gets its first response.
+
+The key is optional; when sent it must be 1 to 255 printable ASCII characters. It is scoped
+by API key, so two front ends cannot collide, and bound to a fingerprint of the request
+(SHA-256 of method, path and query, and the body with its JSON keys sorted).
+
+How a request with a key runs:
+1. Before the view: if the store already holds the key, the request is not run again.
+   Same fingerprint and a stored response: that response is replayed, with
+   `Idempotent-Replayed: true`. Different fingerprint: a 422 problem. Same fingerprint
+   but no response yet: the first request is still running (or died between its append
+   and storing its answer); wait briefly, then a 409 problem.
+2. The view runs with `actor().idempotency` set; the application service passes it to the
+   one append that performs the command, in whose transaction the store records the key.
+3. After the view: a success is stored against the key in one statement that returns the
+   response now stored (the first stored wins, and is what this request answers too, so
+   racing identical requests answer alike). A
+   refusal is not stored, because nothing was appended; but if a racing twin applied the
+   same request meanwhile, the refusal is replaced by the twin's response.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from typing import Final
+
+from flask import Response, g, request
+
+from events.store import EventStore, Idempotency, JsonValue
+from events.store import UnknownIdempotencyKey as _UnknownKey
+from service.application.appends import note_looked_up
+from service.application.keys import ApiKey
+from service.web.api import container
+from service.web.problems import Problem, idempotency_key_reused
+
+HEADER: Final = "Idempotency-Key"
+REPLAYED_HEADER: Final = "Idempotent-Replayed"
+METHODS: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+MAX_KEY_LENGTH: Final = 255
+# How long a retry waits for its first request's response before answering 409.
+WAIT_SECONDS: Final = 2.0
+_POLL_SECONDS: Final = 0.02
+
+
+def check_key(value: str) -> str:
+    """The header's value if it is 1 to 255 printable ASCII characters, else a 400 problem."""
+    if not 0 < len(value) <= MAX_KEY_LENGTH or not all(" " <= c <= "~" for c in value):
+        raise Problem(
+            400,
+            "invalid-header",
+            f"{HEADER} must be 1 to {MAX_KEY_LENGTH} printable ASCII characters.",
+        )
+    return value
+
+
+def scoped_key(api_key: ApiKey, value: str) -> str:
+    """The store's key: the API key's id and the caller's key, so callers cannot collide."""
+    return f"{api_key.key_id}:{value}"
+
+
+def fingerprint(method: str, path: str, body: bytes) -> str:
+    """SHA-256 of the method, the path with its query, and the body with sorted JSON keys."""
+    try:
+        canonical = json.dumps(
+            json.loads(body), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+        ).encode()
+    except (ValueError, UnicodeDecodeError):
+        # Not JSON (or empty): the bytes as sent are the request.
+        canonical = body
+    digest = hashlib.sha256()
+    for part in (method.upper().encode(), path.encode(), canonical):
+        digest.update(len(part).to_bytes(8, "big"))
+        digest.update(part)
+    return digest.hexdigest()
+
+
+def begin_request() -> Response | None:
+    """Before the view: replay or refuse a known key, or arm the key for the view's append."""
+    if request.method not in METHODS or request.routing_exception is not None:
+        return None
+    value = request.headers.get(HEADER)
+    api_key = g.get("api_key")
+    if value is None or not isinstance(api_key, ApiKey):
+        return None
+    idempotency = Idempotency(
+        scoped_key(api_key, check_key(value)),
+        fingerprint(request.method, request.full_path, request.get_data(cache=True)),
+    )
+    store = container().store
+    record = store.idempotency_record(idempotency.key)
+    if record is not None and record.fingerprint != idempotency.fingerprint:
+        raise idempotency_key_reused()
+    g.idempotency = idempotency
+    if record is not None:
+        stored = _wait_for_response(store, idempotency, record.response)
+        if stored is not None:
+            g.idempotency_replayed = True
+            return _replay(stored)
+        # The first request's events are in the log but its response is not: it died between
+        # its append and storing the answer, or is very slow. The view answers from the log,
+        # since the service replays a known key's append instead of deciding again.
+        return None
+    # finish_request answers a refusal with a racing twin's response, so the service's own
+    # lookup of this key before deciding would only repeat the one just made.
+    note_looked_up(idempotency)
+    return None
+
+
+def finish_request(response: Response) -> Response:
+    """After the view: store a success against the key; answer as the first response did."""
+    idempotency = g.get("idempotency")
+    if not isinstance(idempotency, Idempotency) or g.get("idempotency_replayed"):
+        return response
+    store = container().store
+    if response.status_code >= 400:
+        record = store.idempotency_record(idempotency.key)
+        if record is None:
+            return response
+        if record.fingerprint != idempotency.fingerprint:
+            raise idempotency_key_reused()
+        stored = _wait_for_response(store, idempotency, record.response)
+        if stored is None:
+            raise Problem(
+                409,
+                "idempotency-key-in-progress",
+                "The first request with this Idempotency-Key was applied but its response is"
+                " not stored yet; retry in a moment, or read the resource.",
+            )
+        return _replay(stored)
+    document = _stored_form(response)
+    try:
+        stored = store.record_response(idempotency.key, document)
+    except _UnknownKey:
+        # The view appended nothing under this key (a read, or a no-op): nothing to replay.
+        return response
+    # A twin with the same key stored its answer first: answer as it did.
+    return response if stored == document else _replay(stored)
+
+
+def _wait_for_response(
+    store: EventStore, idempotency: Idempotency, stored: JsonValue | None
+) -> JsonValue | None:
+    """The stored response for a known key, waiting briefly for a twin still finishing."""
+    deadline = time.monotonic() + WAIT_SECONDS
+    while stored is None and time.monotonic() < deadline:
+        time.sleep(_POLL_SECONDS)
+        later = store.idempotency_record(idempotency.key)
+        stored = later.response if later is not None else None
+    return stored
+
+
+def _stored_form(response: Response) -> dict[str, JsonValue]:
+    # The body is kept as text: any JSON the view produced (floats included) replays byte
+    # for byte, and text is always canonical JSON for the store.
+    return {
+        "status": response.status_code,
+        "content_type": response.content_type,
+        "location": response.headers.get("Location"),
+        "body": response.get_data(as_text=True),
+    }
+
+
+def _replay(stored: JsonValue) -> Response:
+    if not isinstance(stored, dict):
+        raise TypeError(f"not a stored response: {stored!r}")
+    status, body = stored.get("status"), stored.get("body")
+    content_type, location = stored.get("content_type"), stored.get("location")
+    if not isinstance(status, int) or not isinstance(body, str):
+        raise TypeError(f"not a stored response: {stored!r}")
+    response = Response(body, status=status)
+    if isinstance(content_type, str):
+        response.headers["Content-Type"] = content_type
+    if isinstance(location, str):
+        response.headers["Location"] = location
+    response.headers[REPLAYED_HEADER] = "true"
+    return response

@@ -1,0 +1,332 @@
+"""RFC 9457 problem details: the one shape of every error response.
+
+Every error a client can cause is `application/problem+json` with `type`, `title`, `status`,
+`detail` and `request_id`; validation adds `errors` (a list of {field, message, location}),
+and a refused game rule adds `rule`. `type` is `https://shoebox.example/problems/<slug>`,
+or `.../problems/rules/<rule>` for a game rule; the slugs are the keys of PROBLEM_TITLES.
+
+Game rules get a status by one table, DOMAIN_RULE_STATUS (exact rule, then the rule's
+family, the part before its first dot):
+- 404 when the thing the request names does not exist;
+- 422 when the request is wrong whatever the table's state: amounts, limits, settings;
+- 409 when it would be right at another moment: the phase, the seat, the turn, the balance.
+
+Idempotency follows draft-ietf-httpapi-idempotency-key-header: a key reused with a different
+request is 422, a key whose first request has not finished is 409.
+
+A 500 is always a bug: its document says nothing of the cause, which is logged with the
+request id that the response also carries.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+import marshmallow as ma
+from flask import Flask, Response, g, json
+from werkzeug.exceptions import HTTPException
+
+from domain.errors import DomainError
+from events.store import ConcurrencyConflict, IdempotencyKeyReused, JsonValue
+from service.application.errors import Conflict, NotFound, ServiceError
+
+_logger = logging.getLogger(__name__)
+
+PROBLEM_MIMETYPE: Final = "application/problem+json"
+PROBLEM_TYPE_BASE: Final = "https://shoebox.example/problems/"
+
+PROBLEM_TITLES: Final[Mapping[str, str]] = {
+    "bad-request": "The request is malformed",
+    "malformed-json": "The request body is not valid JSON",
+    "invalid-header": "A request header is malformed",
+    "unauthenticated": "A valid API key is required",
+    "forbidden": "This API key's role may not do this",
+    "not-found": "No such resource",
+    "method-not-allowed": "This resource does not accept this method",
+    "conflict": "The request conflicts with the resource's current state",
+    "concurrent-update": "Others kept changing the resource; try again",
+    "idempotency-key-in-progress": "A request with this idempotency key is still in progress",
+    "idempotency-key-reused": "This idempotency key was used for a different request",
+    "body-too-large": "The request body is too large",
+    "unsupported-media-type": "The request body must be application/json",
+    "validation-failed": "The request did not validate",
+    "internal-error": "Internal server error",
+    "service-unavailable": "The service is unavailable",
+}
+
+_SLUG_BY_STATUS: Final[Mapping[int, str]] = {
+    400: "bad-request",
+    401: "unauthenticated",
+    403: "forbidden",
+    404: "not-found",
+    405: "method-not-allowed",
+    409: "conflict",
+    413: "body-too-large",
+    415: "unsupported-media-type",
+    422: "validation-failed",
+    500: "internal-error",
+    503: "service-unavailable",
+}
+
+DOMAIN_RULE_STATUS: Final[Mapping[str, int]] = {
+    # Exact rules: the exceptions to their family.
+    "table.not_found": 404,
+    "table.already_exists": 409,
+    "seat.out_of_range": 422,
+    "bet.none_to_remove": 409,
+    "shoe.invalid_parameters": 422,
+    "shoe.decks_out_of_range": 422,
+    "shoe.server_seed_invalid": 422,
+    "shoe.client_seed_invalid": 422,
+    "shoe.nonce_negative": 422,
+    "shoe.counts_invalid": 422,
+    "wallet.insufficient_funds": 409,
+    "wallet.stake_not_reserved": 409,
+    "player_limit.changed_this_week": 409,
+    "player_limit.unchanged": 409,
+    "chat.player_muted": 409,
+    "chat.player_removed": 409,
+    "chat.player_not_seated": 409,
+    "moderation.reason_required": 422,
+    # Families.
+    "bet": 422,
+    "table": 422,
+    "settlement": 422,
+    "void": 422,
+    "wallet": 422,
+    "player_limit": 422,
+    "chat": 422,
+    "shoe": 409,
+    "seat": 409,
+    "round": 409,
+    "deal": 409,
+    "rebet": 409,
+    "moderation": 409,
+}
+DEFAULT_DOMAIN_STATUS: Final = 422
+
+
+@dataclass(frozen=True, slots=True)
+class FieldError:
+    """One field that did not validate, where it was, and why."""
+
+    field: str
+    message: str
+    location: str = "json"
+
+    def to_json(self) -> dict[str, JsonValue]:
+        """The member of a problem's `errors` list."""
+        return {"field": self.field, "message": self.message, "location": self.location}
+
+
+class Problem(Exception):  # noqa: N818 - it is the RFC's name for the thing
+    """An error answered as a problem document; raise it from a view or a request hook."""
+
+    def __init__(
+        self,
+        status: int,
+        slug: str,
+        detail: str,
+        *,
+        title: str | None = None,
+        type_uri: str | None = None,
+        errors: Sequence[FieldError] = (),
+        extensions: Mapping[str, JsonValue] | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.slug = slug
+        self.title = title if title is not None else PROBLEM_TITLES[slug]
+        self.type_uri = type_uri if type_uri is not None else PROBLEM_TYPE_BASE + slug
+        self.detail = detail
+        self.errors = tuple(errors)
+        self.extensions = dict(extensions or {})
+        self.headers = dict(headers or {})
+        if status == 401:
+            self.headers.setdefault("WWW-Authenticate", 'Bearer realm="shoebox"')
+
+    def document(self) -> dict[str, JsonValue]:
+        """The problem's JSON document."""
+        document: dict[str, JsonValue] = {
+            "type": self.type_uri,
+            "title": self.title,
+            "status": self.status,
+            "detail": self.detail,
+        }
+        if self.errors:
+            document["errors"] = [error.to_json() for error in self.errors]
+        document.update(self.extensions)
+        request_id = g.get("request_id") if g else None
+        if isinstance(request_id, str):
+            document["request_id"] = request_id
+        return document
+
+    def response(self) -> Response:
+        """The problem as a Flask response."""
+        return Response(
+            json.dumps(self.document()),
+            status=self.status,
+            headers=self.headers,
+            mimetype=PROBLEM_MIMETYPE,
+        )
+
+
+class ProblemFieldErrorSchema(ma.Schema):
+    """One entry of a validation problem's `errors`."""
+
+    field = ma.fields.String(required=True)
+    message = ma.fields.String(required=True)
+    location = ma.fields.String(metadata={"description": "json, query, path or headers"})
+
+
+class ProblemSchema(ma.Schema):
+    """An RFC 9457 problem document; documentation only, as responses are built by Problem."""
+
+    type = ma.fields.String(required=True, metadata={"format": "uri"})
+    title = ma.fields.String(required=True)
+    status = ma.fields.Integer(required=True)
+    detail = ma.fields.String(required=True)
+    request_id = ma.fields.String()
+    errors = ma.fields.List(ma.fields.Nested(ProblemFieldErrorSchema))
+    rule = ma.fields.String(
+        metadata={"description": "The game rule refused, e.g. bet.below_table_minimum"}
+    )
+
+
+def domain_status(rule: str) -> int:
+    """The HTTP status of a refused game rule: by exact rule, then by family, else 422."""
+    status = DOMAIN_RULE_STATUS.get(rule)
+    if status is None:
+        status = DOMAIN_RULE_STATUS.get(rule.partition(".")[0], DEFAULT_DOMAIN_STATUS)
+    return status
+
+
+def domain_problem(error: DomainError) -> Problem:
+    """A refused game rule as a problem whose type, title and `rule` name the rule."""
+    rule = error.rule
+    # The class docstring states the rule in words, the same for every refusal of it.
+    doc = (type(error).__doc__ or "").strip().splitlines()
+    return Problem(
+        domain_status(rule),
+        "conflict",
+        f"{error} (rule {rule})",
+        title=doc[0] if doc else rule,
+        type_uri=f"{PROBLEM_TYPE_BASE}rules/{rule}",
+        extensions={"rule": rule},
+    )
+
+
+def http_problem(error: HTTPException) -> Problem:
+    """A werkzeug or flask-smorest HTTP error, validation errors included, as a problem."""
+    status = error.code or 500
+    if status >= 500:
+        return _internal_problem(error)
+    data = getattr(error, "data", None) or {}
+    messages = data.get("errors") or data.get("messages")
+    headers = dict(data.get("headers") or {})
+    message = data.get("message")
+    detail = str(message) if message else str(error.description or error.name)
+    slug = _SLUG_BY_STATUS.get(status, "bad-request")
+    if status == 400 and isinstance(messages, Mapping) and "json" in messages:
+        # webargs reports an unparseable body as a 400 with this one message.
+        return Problem(400, "malformed-json", "The request body is not valid JSON.")
+    field_errors = flatten_messages(messages) if isinstance(messages, Mapping) else []
+    if status == 422 and field_errors and not message:
+        detail = "; ".join(f"{e.field}: {e.message}" for e in field_errors)
+    # One title per problem type (RFC 9457 §3.1.3), not the HTTP reason phrase.
+    return Problem(status, slug, detail, errors=field_errors, headers=headers)
+
+
+def flatten_messages(messages: Mapping[str, object]) -> list[FieldError]:
+    """webargs' {location: {field: [message]}} tree as a flat list of field errors."""
+    errors: list[FieldError] = []
+    for location, tree in messages.items():
+        _flatten(errors, str(location), "", tree)
+    return errors
+
+
+def _flatten(errors: list[FieldError], location: str, path: str, tree: object) -> None:
+    if isinstance(tree, Mapping):
+        for name, subtree in tree.items():
+            # "_schema" holds errors about the object as a whole, not about a field in it.
+            child = path if name == "_schema" else f"{path}.{name}" if path else str(name)
+            _flatten(errors, location, child, subtree)
+    elif isinstance(tree, list | tuple):
+        for item in tree:
+            _flatten(errors, location, path, item)
+    else:
+        errors.append(FieldError(path or "$", str(tree), location))
+
+
+def _internal_problem(error: BaseException) -> Problem:
+    request_id = g.get("request_id", "-") if g else "-"
+    _logger.error("request %s failed", request_id, exc_info=_cause(error))
+    return Problem(
+        500,
+        "internal-error",
+        "The server failed to answer this request. The failure is logged with its request id.",
+    )
+
+
+def _cause(error: BaseException) -> BaseException:
+    original = getattr(error, "original_exception", None)
+    return original if isinstance(original, BaseException) else error
+
+
+def register_problem_handlers(app: Flask) -> None:
+    """Answer every error the app can raise with a problem document."""
+
+    @app.errorhandler(Problem)
+    def _problem(error: Problem) -> Response:
+        return error.response()
+
+    @app.errorhandler(HTTPException)
+    def _http(error: HTTPException) -> Response:
+        return http_problem(error).response()
+
+    @app.errorhandler(DomainError)
+    def _domain(error: DomainError) -> Response:
+        return domain_problem(error).response()
+
+    @app.errorhandler(NotFound)
+    def _not_found(error: NotFound) -> Response:
+        return Problem(
+            404, "not-found", f"{error.message[:1].upper()}{error.message[1:]}."
+        ).response()
+
+    @app.errorhandler(ServiceError)
+    def _service(error: ServiceError) -> Response:
+        # Every ServiceError the service raises has its own handler; a new one is a bug
+        # until it is given one.
+        return _internal_problem(error).response()
+
+    @app.errorhandler(ConcurrencyConflict)
+    @app.errorhandler(Conflict)
+    def _conflict(error: Exception) -> Response:
+        return Problem(
+            409,
+            "concurrent-update",
+            "Others kept changing this resource at the same moment; retry the request.",
+        ).response()
+
+    @app.errorhandler(IdempotencyKeyReused)
+    def _reused(error: IdempotencyKeyReused) -> Response:
+        return idempotency_key_reused().response()
+
+    @app.errorhandler(Exception)
+    def _unexpected(error: Exception) -> Response:
+        return _internal_problem(error).response()
+
+
+def idempotency_key_reused() -> Problem:
+    """The answer to an idempotency key sent again with a different request."""
+    return Problem(
+        422,
+        "idempotency-key-reused",
+        "This Idempotency-Key was first used with a different method, path or body;"
+        " use a new key for a new request.",
+    )

@@ -1,0 +1,114 @@
+"""Betting: place and remove bets, rebet, and press Deal or Pass.
+
+Each command is one append: the bet with its stake reserved from the wallet, or, when the
+command is the last a round waits for, everything the deal brings with it. The answer says
+which round the action went into and, when it dealt the coup, the cards and settlements.
+"""
+
+from typing import Any
+
+import marshmallow as ma
+from flask.views import MethodView
+
+from domain.outcome import Spot
+from service.application.keys import Role
+from service.web.api import actor, container
+from service.web.auth import roles
+from service.web.resources.schemas import (
+    PLAYER_ID_PARAMETER,
+    TABLE_ID_PARAMETER,
+    PlayerSchema,
+    TableAction,
+    TableActionSchema,
+    checked_id,
+    id_field,
+    pence_field,
+    resource,
+    table_action,
+)
+
+blp = resource("bets", __name__, "/tables", "Betting: bets, rebet, Deal and Pass.")
+
+
+class NewBetSchema(ma.Schema):
+    """A stake on one spot."""
+
+    player_id = id_field("The player who bets.")
+    spot = ma.fields.Enum(Spot, by_value=True, required=True)
+    stake_pence = pence_field("The stake: whole pounds, in the table's chips.", required=True)
+
+
+@blp.route("/<table_id>/bets", parameters=[TABLE_ID_PARAMETER])
+class Bets(MethodView):
+    """The bets on a table's layout."""
+
+    @roles(Role.FRONTEND)
+    @blp.arguments(NewBetSchema)
+    @blp.response(201, TableActionSchema)
+    def post(self, bet: dict[str, Any], table_id: str) -> TableAction:
+        """Place a bet; at an idle table the first bet opens the round and its window."""
+        table_id = checked_id("table_id", table_id)
+        player_id = bet["player_id"]
+        receipt = container().games.place_bet(
+            table_id, player_id, bet["spot"], bet["stake_pence"], actor()
+        )
+        return table_action(table_id, player_id, receipt)
+
+
+@blp.route("/<table_id>/bets/<player_id>", parameters=[TABLE_ID_PARAMETER, PLAYER_ID_PARAMETER])
+class PlayerBets(MethodView):
+    """One player's bets in the current round."""
+
+    @roles(Role.FRONTEND)
+    @blp.response(200, TableActionSchema)
+    def delete(self, table_id: str, player_id: str) -> TableAction:
+        """Take all of one's bets back before pressing Deal or Pass."""
+        table_id = checked_id("table_id", table_id)
+        player_id = checked_id("player_id", player_id)
+        receipt = container().games.remove_bets(table_id, player_id, actor())
+        return table_action(table_id, player_id, receipt)
+
+
+@blp.route("/<table_id>/rebet", parameters=[TABLE_ID_PARAMETER])
+class Rebet(MethodView):
+    """Repeating one's bets of the last round."""
+
+    @roles(Role.FRONTEND)
+    @blp.arguments(PlayerSchema)
+    @blp.response(201, TableActionSchema)
+    def post(self, acting: dict[str, Any], table_id: str) -> TableAction:
+        """Repeat one's bets of the last round played at this seat."""
+        table_id = checked_id("table_id", table_id)
+        player_id = acting["player_id"]
+        receipt = container().games.rebet(table_id, player_id, actor())
+        return table_action(table_id, player_id, receipt)
+
+
+@blp.route("/<table_id>/deal", parameters=[TABLE_ID_PARAMETER])
+class Deal(MethodView):
+    """Pressing Deal."""
+
+    @roles(Role.FRONTEND)
+    @blp.arguments(PlayerSchema)
+    @blp.response(200, TableActionSchema)
+    def post(self, acting: dict[str, Any], table_id: str) -> TableAction:
+        """Confirm one's bets; the last participant to act brings the deal and settlement."""
+        table_id = checked_id("table_id", table_id)
+        player_id = acting["player_id"]
+        receipt = container().games.press_deal(table_id, player_id, actor())
+        return table_action(table_id, player_id, receipt)
+
+
+@blp.route("/<table_id>/pass", parameters=[TABLE_ID_PARAMETER])
+class Pass(MethodView):
+    """Pressing Pass."""
+
+    @roles(Role.FRONTEND)
+    @blp.arguments(PlayerSchema)
+    @blp.response(200, TableActionSchema)
+    def post(self, acting: dict[str, Any], table_id: str) -> TableAction:
+        """Sit this coup out; one's bets come back, and the last to act brings the deal."""
+        table_id = checked_id("table_id", table_id)
+        player_id = acting["player_id"]
+        receipt = container().games.pass_turn(table_id, player_id, actor())
+        return table_action(table_id, player_id, receipt)

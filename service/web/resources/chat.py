@@ -1,0 +1,158 @@
+"""Chat at a table, and its moderation by ops: mutes and removals.
+
+Messages are stored and answered exactly as sent; the API escapes nothing, because each client
+renders text for its own medium. A mute or removal is a fact of the table, since a removal
+also unseats the player and bars them from sitting there again.
+"""
+
+from datetime import datetime
+from typing import Any
+
+import marshmallow as ma
+from flask.views import MethodView
+
+from domain.chat import MAX_MESSAGE_LENGTH, MessagePosted
+from service.application.chat import ChatMessage
+from service.application.keys import Role
+from service.application.streams import chat_stream
+from service.web.api import actor, container
+from service.web.auth import READERS, roles
+from service.web.resources.schemas import (
+    DEFAULT_PAGE,
+    PLAYER_ID_PARAMETER,
+    TABLE_ID_PARAMETER,
+    PageQuerySchema,
+    TableAction,
+    TableActionSchema,
+    checked_id,
+    id_field,
+    reason_field,
+    resource,
+    table_action,
+)
+
+blp = resource("chat", __name__, "/tables", "Chat at a table, and its moderation.")
+
+
+class NewMessageSchema(ma.Schema):
+    """A message from a seated player."""
+
+    player_id = id_field("The player who speaks.")
+    text = ma.fields.String(
+        required=True,
+        metadata={
+            "description": f"1 to {MAX_MESSAGE_LENGTH} characters, stored as sent; no control"
+            " characters but tab and newline."
+        },
+    )
+
+
+class MessageSchema(ma.Schema):
+    """A message as posted."""
+
+    table_id = ma.fields.String(required=True)
+    player_id = ma.fields.String(required=True)
+    text = ma.fields.String(required=True)
+    posted_at = ma.fields.DateTime(required=True)
+    version = ma.fields.Integer(required=True, metadata={"description": "In the table's chat."})
+
+
+class MessagesSchema(ma.Schema):
+    """A table's latest messages, oldest first."""
+
+    table_id = ma.fields.String(required=True)
+    messages = ma.fields.List(ma.fields.Nested(MessageSchema), required=True)
+
+
+class ModerationSchema(ma.Schema):
+    """A player ops act on, and why."""
+
+    player_id = id_field("The player ops act on.")
+    reason = reason_field("Why, for the player and the audit log.")
+
+
+def _message(message: ChatMessage) -> dict[str, Any]:
+    return {
+        "table_id": message.table_id,
+        "player_id": message.player_id,
+        "text": message.text,
+        "posted_at": message.posted_at,
+        "version": message.version,
+    }
+
+
+@blp.route("/<table_id>/chat", parameters=[TABLE_ID_PARAMETER])
+class Chat(MethodView):
+    """A table's chat."""
+
+    @roles(*READERS)
+    @blp.arguments(PageQuerySchema, location="query")
+    @blp.response(200, MessagesSchema)
+    def get(self, page: dict[str, Any], table_id: str) -> dict[str, Any]:
+        """Read a table's latest messages, oldest first."""
+        table_id = checked_id("table_id", table_id)
+        messages = container().chat.recent(table_id, limit=page.get("limit", DEFAULT_PAGE))
+        return {"table_id": table_id, "messages": [_message(m) for m in messages]}
+
+    @roles(Role.FRONTEND)
+    @blp.arguments(NewMessageSchema)
+    @blp.response(201, MessageSchema)
+    def post(self, new: dict[str, Any], table_id: str) -> dict[str, Any]:
+        """Post a message; refused for players not seated, muted or removed."""
+        table_id = checked_id("table_id", table_id)
+        player_id, text = new["player_id"], new["text"]
+        receipt = container().chat.post(table_id, player_id, text, actor())
+        (posted,) = receipt.events
+        if not isinstance(posted, MessagePosted):
+            raise TypeError(f"a post appended a {posted.type}")
+        return {
+            "table_id": table_id,
+            "player_id": player_id,
+            "text": posted.text,
+            "posted_at": datetime.fromisoformat(posted.posted_at),
+            "version": receipt.versions[chat_stream(table_id)],
+        }
+
+
+@blp.route("/<table_id>/mutes", parameters=[TABLE_ID_PARAMETER])
+class Mutes(MethodView):
+    """Players muted in a table's chat."""
+
+    @roles(Role.OPS)
+    @blp.arguments(ModerationSchema)
+    @blp.response(201, TableActionSchema)
+    def post(self, mute: dict[str, Any], table_id: str) -> TableAction:
+        """Mute a player in a table's chat, saying why."""
+        table_id = checked_id("table_id", table_id)
+        player_id = mute["player_id"]
+        receipt = container().chat.mute(table_id, player_id, actor(), mute["reason"])
+        return table_action(table_id, player_id, receipt)
+
+
+@blp.route("/<table_id>/mutes/<player_id>", parameters=[TABLE_ID_PARAMETER, PLAYER_ID_PARAMETER])
+class Mute(MethodView):
+    """A player's mute at a table."""
+
+    @roles(Role.OPS)
+    @blp.response(200, TableActionSchema)
+    def delete(self, table_id: str, player_id: str) -> TableAction:
+        """Lift a player's mute at a table."""
+        table_id = checked_id("table_id", table_id)
+        player_id = checked_id("player_id", player_id)
+        receipt = container().chat.unmute(table_id, player_id, actor())
+        return table_action(table_id, player_id, receipt)
+
+
+@blp.route("/<table_id>/removals", parameters=[TABLE_ID_PARAMETER])
+class Removals(MethodView):
+    """Players removed from a table for good."""
+
+    @roles(Role.OPS)
+    @blp.arguments(ModerationSchema)
+    @blp.response(201, TableActionSchema)
+    def post(self, removal: dict[str, Any], table_id: str) -> TableAction:
+        """Remove a player from a table: unseated, unconfirmed bets returned, barred from it."""
+        table_id = checked_id("table_id", table_id)
+        player_id = removal["player_id"]
+        receipt = container().chat.remove_player(table_id, player_id, removal["reason"], actor())
+        return table_action(table_id, player_id, receipt)

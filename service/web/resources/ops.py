@@ -1,0 +1,196 @@
+"""Operations: how far each read model has read, rebuilding one, and the invariants."""
+
+from typing import Any, Final
+
+import marshmallow as ma
+from flask.views import MethodView
+from redis.exceptions import RedisError
+from rq import Queue, Retry
+from rq.serializers import JSONSerializer
+
+from service.application.keys import Role
+from service.application.read_models import projector
+from service.runtime.scheduler import WINDOW_QUEUE, redis_for_requests
+from service.web.api import container, projections
+from service.web.auth import OVERSIGHT, roles
+from service.web.problems import Problem
+from service.web.resources.schemas import resource
+
+blp = resource("ops", __name__, "/ops", "Operations: read models' lag, rebuilds, invariants.")
+
+REBUILD_JOB: Final = "service.runtime.jobs.rebuild_projection"
+# A rebuild that cannot reach PostgreSQL is retried after these pauses (seconds).
+REBUILD_RETRY_INTERVALS: Final = (10, 30, 90)
+# Long enough for a rebuild of a large log; rq kills a job that runs past it.
+REBUILD_TIMEOUT_SECONDS: Final = 3600
+
+
+class ProjectionStatusSchema(ma.Schema):
+    """Where a read model has read to, against the head of the log."""
+
+    name = ma.fields.String(required=True)
+    checkpoint = ma.fields.Integer(required=True)
+    updated_at = ma.fields.DateTime(allow_none=True, required=True)
+    head = ma.fields.Integer(required=True)
+    lag_events = ma.fields.Integer(required=True)
+    lag_seconds = ma.fields.Float(
+        required=True,
+        metadata={"description": "How long the oldest event it has not applied has waited."},
+    )
+
+
+class ProjectionsSchema(ma.Schema):
+    """Every read model's progress."""
+
+    head = ma.fields.Integer(required=True)
+    projections = ma.fields.List(ma.fields.Nested(ProjectionStatusSchema), required=True)
+
+
+class RebuildSchema(ma.Schema):
+    """Which read models to rebuild, and whether to wait for it."""
+
+    names = ma.fields.List(
+        ma.fields.String(validate=ma.validate.OneOf(projector.NAMES)),
+        load_default=list(projector.NAMES),
+        validate=ma.validate.Length(min=1),
+        metadata={"description": f"Default: all of {', '.join(projector.NAMES)}."},
+    )
+    wait = ma.fields.Boolean(
+        load_default=False,
+        metadata={
+            "description": "Rebuild within this request (small logs) instead of queueing a job"
+            " per read model for `shoebox worker`."
+        },
+    )
+
+
+class RebuildResultSchema(ma.Schema):
+    """A rebuild done (`position` set) or queued (`jobs` set)."""
+
+    names = ma.fields.List(ma.fields.String(), required=True)
+    events = ma.fields.Integer(allow_none=True, required=True)
+    position = ma.fields.Integer(allow_none=True, required=True)
+    jobs = ma.fields.List(ma.fields.String(), required=True)
+
+
+class ViolationSchema(ma.Schema):
+    """One broken invariant."""
+
+    check = ma.fields.String(required=True)
+    subject = ma.fields.String(required=True)
+    detail = ma.fields.String(required=True)
+
+
+class InvariantsSchema(ma.Schema):
+    """Money conservation and the payout rules, checked over the read models."""
+
+    ok = ma.fields.Boolean(required=True)
+    comparable = ma.fields.Boolean(
+        required=True,
+        metadata={"description": "False while the read models are at different positions."},
+    )
+    checkpoints = ma.fields.Dict(keys=ma.fields.String(), values=ma.fields.Integer())
+    wallets_total_pence = ma.fields.Integer(required=True)
+    house_net_pence = ma.fields.Integer(required=True)
+    credits_pence = ma.fields.Integer(required=True)
+    debits_pence = ma.fields.Integer(required=True)
+    rounds_checked = ma.fields.Integer(required=True)
+    violations = ma.fields.List(ma.fields.Nested(ViolationSchema), required=True)
+
+
+@blp.route("/projections")
+class Projections(MethodView):
+    """The read models' progress."""
+
+    @roles(*OVERSIGHT)
+    @blp.response(200, ProjectionsSchema)
+    def get(self) -> dict[str, Any]:
+        """Read each read model's checkpoint, the log's head, and the lag."""
+        found = projections().status()
+        return {
+            "head": found[0].head if found else 0,
+            "projections": [
+                {
+                    "name": s.name,
+                    "checkpoint": s.checkpoint,
+                    "updated_at": s.updated_at,
+                    "head": s.head,
+                    "lag_events": s.lag_events,
+                    "lag_seconds": s.lag_seconds,
+                }
+                for s in found
+            ],
+        }
+
+
+@blp.route("/projections/rebuild")
+class Rebuild(MethodView):
+    """Rebuilding read models from position 0."""
+
+    @roles(Role.OPS)
+    @blp.arguments(RebuildSchema)
+    @blp.response(202, RebuildResultSchema)
+    @blp.alt_response(200, schema=RebuildResultSchema, description="Rebuilt (wait=true).")
+    def post(self, rebuild: dict[str, Any]) -> Any:
+        """Rebuild read models beside the live ones and swap them in atomically."""
+        names = list(dict.fromkeys(rebuild["names"]))
+        if rebuild["wait"]:
+            result = projections().rebuild(names)
+            body = {
+                "names": list(result.names),
+                "events": result.events,
+                "position": result.position,
+                "jobs": [],
+            }
+            return body, 200
+        url = container().settings.redis_url
+        if not url:
+            raise Problem(
+                503, "service-unavailable", "No job queue is configured; rebuild with wait=true."
+            )
+        queue = Queue(WINDOW_QUEUE, connection=redis_for_requests(url), serializer=JSONSerializer)
+        jobs: list[str] = []
+        try:
+            for name in names:
+                job = queue.enqueue(
+                    REBUILD_JOB,
+                    name,
+                    retry=Retry(
+                        max=len(REBUILD_RETRY_INTERVALS), interval=list(REBUILD_RETRY_INTERVALS)
+                    ),
+                    job_timeout=REBUILD_TIMEOUT_SECONDS,
+                    description=f"rebuild the {name} read model",
+                )
+                jobs.append(job.id)
+        except RedisError as error:
+            raise Problem(
+                503,
+                "service-unavailable",
+                "The job queue is unreachable; retry, or rebuild with wait=true.",
+            ) from error
+        return {"names": names, "events": None, "position": None, "jobs": jobs}
+
+
+@blp.route("/invariants")
+class Invariants(MethodView):
+    """Checks over the read models."""
+
+    @roles(*OVERSIGHT)
+    @blp.response(200, InvariantsSchema)
+    def get(self) -> dict[str, Any]:
+        """Check money conservation and that every round paid by the rules."""
+        report = projections().invariants()
+        return {
+            "ok": report.ok,
+            "comparable": report.comparable,
+            "checkpoints": report.checkpoints,
+            "wallets_total_pence": report.wallets_total,
+            "house_net_pence": report.house_net,
+            "credits_pence": report.credits,
+            "debits_pence": report.debits,
+            "rounds_checked": report.rounds_checked,
+            "violations": [
+                {"check": v.check, "subject": v.subject, "detail": v.detail}
+                for v in report.violations
+            ],
+        }

@@ -1,0 +1,64 @@
+"""Seats: a player sits at a free seat and leaves; sitting during a round waits for the next."""
+
+from typing import Any
+
+import marshmallow as ma
+from flask.views import MethodView
+
+from domain.table import MAX_SEATS
+from service.application.keys import Role
+from service.web.api import actor, container
+from service.web.auth import roles
+from service.web.resources.schemas import (
+    PLAYER_ID_PARAMETER,
+    TABLE_ID_PARAMETER,
+    TableAction,
+    TableActionSchema,
+    checked_id,
+    id_field,
+    resource,
+    table_action,
+)
+
+blp = resource("seats", __name__, "/tables", "Seats: sit down and leave.")
+
+
+class SitDownSchema(ma.Schema):
+    """A player taking a seat."""
+
+    player_id = id_field("The player who sits down.")
+    seat = ma.fields.Integer(
+        strict=True,
+        required=True,
+        validate=ma.validate.Range(min=1, max=MAX_SEATS),
+        metadata={"description": "1 to the table's seat count."},
+    )
+
+
+@blp.route("/<table_id>/seats", parameters=[TABLE_ID_PARAMETER])
+class Seats(MethodView):
+    """A table's seats."""
+
+    @roles(Role.FRONTEND)
+    @blp.arguments(SitDownSchema)
+    @blp.response(201, TableActionSchema)
+    def post(self, sitting: dict[str, Any], table_id: str) -> TableAction:
+        """Sit a player at a free seat; during a round they play from the next one."""
+        table_id = checked_id("table_id", table_id)
+        player_id = sitting["player_id"]
+        receipt = container().games.sit(table_id, player_id, sitting["seat"], actor())
+        return table_action(table_id, player_id, receipt)
+
+
+@blp.route("/<table_id>/seats/<player_id>", parameters=[TABLE_ID_PARAMETER, PLAYER_ID_PARAMETER])
+class Seat(MethodView):
+    """A player's seat at a table."""
+
+    @roles(Role.FRONTEND)
+    @blp.response(200, TableActionSchema)
+    def delete(self, table_id: str, player_id: str) -> TableAction:
+        """Leave the table: bets not yet confirmed come back; confirmed ones stay in play."""
+        table_id = checked_id("table_id", table_id)
+        player_id = checked_id("player_id", player_id)
+        receipt = container().games.leave(table_id, player_id, actor())
+        return table_action(table_id, player_id, receipt)

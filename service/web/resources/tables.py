@@ -1,0 +1,201 @@
+"""Tables: ops set them up; anyone may list them, read their settings and their live state.
+
+The live state shows what a front end needs to draw the table: the phase and round, each seat
+and what its player has done, the open shoe's commitment and hands left. It never shows a
+seed or a card not yet dealt: those are not in the table's state at all (domain/table.py).
+"""
+
+from datetime import timedelta
+from typing import Any
+
+import marshmallow as ma
+from flask import url_for
+from flask.views import MethodView
+
+from domain.limits import TableLimits
+from domain.table import TableSettings
+from service.application.game.tables import LiveState
+from service.application.keys import Role
+from service.web.api import actor, container
+from service.web.auth import READERS, roles
+from service.web.resources.schemas import (
+    TABLE_ID_PARAMETER,
+    NewTableSchema,
+    TableSchema,
+    checked_id,
+    resource,
+    table_settings,
+)
+
+blp = resource("tables", __name__, "/tables", "Tables: settings and live state.")
+
+
+class TableListSchema(ma.Schema):
+    """Every table, in the order they were created."""
+
+    tables = ma.fields.List(ma.fields.Nested(TableSchema), required=True)
+
+
+class LiveBetSchema(ma.Schema):
+    """A stake on the layout in the current round."""
+
+    spot = ma.fields.String(required=True)
+    stake_pence = ma.fields.Integer(required=True)
+
+
+class LiveSeatSchema(ma.Schema):
+    """A seat: who sits there, and what they have done in the current round."""
+
+    seat = ma.fields.Integer(required=True)
+    player_id = ma.fields.String(allow_none=True, required=True)
+    in_round = ma.fields.Boolean(
+        required=True, metadata={"description": "Seated when the current round opened."}
+    )
+    waiting = ma.fields.Boolean(
+        required=True,
+        metadata={"description": "Seated during the current round: plays from the next one."},
+    )
+    action = ma.fields.String(
+        allow_none=True,
+        required=True,
+        metadata={"enum": ["pending", "pressed_deal", "passed", "excluded", None]},
+    )
+    acted = ma.fields.Boolean(
+        required=True, metadata={"description": "Pressed Deal or Pass, or was excluded."}
+    )
+    bets = ma.fields.List(ma.fields.Nested(LiveBetSchema), required=True)
+
+
+class LiveCardSchema(ma.Schema):
+    """A card already dealt in the current round."""
+
+    hand = ma.fields.String(required=True)
+    position = ma.fields.Integer(required=True)
+    card = ma.fields.String(required=True)
+    reason = ma.fields.String(required=True)
+
+
+class LiveShoeSchema(ma.Schema):
+    """The open shoe as published: its commitment and how far it has got, never its cards."""
+
+    shoe_id = ma.fields.String(required=True)
+    server_seed_hash = ma.fields.String(required=True)
+    hands_left = ma.fields.Integer(required=True)
+    cards_left = ma.fields.Integer(required=True)
+
+
+class LiveStateSchema(ma.Schema):
+    """A table now, at a version of its stream."""
+
+    table_id = ma.fields.String(required=True)
+    version = ma.fields.Integer(required=True)
+    phase = ma.fields.String(
+        required=True,
+        metadata={
+            "enum": ["idle", "betting", "dealing", "settling", "settled", "ended_without_play"]
+        },
+    )
+    round_id = ma.fields.String(allow_none=True, required=True)
+    round_number = ma.fields.Integer(allow_none=True, required=True)
+    deadline = ma.fields.DateTime(
+        allow_none=True, required=True, metadata={"description": "When the window closes."}
+    )
+    seats = ma.fields.List(ma.fields.Nested(LiveSeatSchema), required=True)
+    shoe = ma.fields.Nested(LiveShoeSchema, allow_none=True, required=True)
+    cards = ma.fields.List(ma.fields.Nested(LiveCardSchema), required=True)
+    outcome = ma.fields.String(allow_none=True, required=True)
+
+
+def live_state(state: LiveState) -> dict[str, Any]:
+    """A live state as LiveStateSchema writes it."""
+    under_way = state.phase != "idle"
+    return {
+        "table_id": state.table_id,
+        "version": state.version,
+        "phase": state.phase,
+        "round_id": state.round_id,
+        "round_number": state.round_number,
+        "deadline": state.deadline,
+        "seats": [
+            {
+                "seat": seat.number,
+                "player_id": seat.player_id,
+                "in_round": seat.in_round,
+                "waiting": under_way and seat.player_id is not None and not seat.in_round,
+                "action": seat.action,
+                "acted": seat.action not in (None, "pending"),
+                "bets": [{"spot": bet.spot, "stake_pence": bet.stake} for bet in seat.bets],
+            }
+            for seat in state.seats
+        ],
+        "shoe": None
+        if state.shoe_id is None
+        else {
+            "shoe_id": state.shoe_id,
+            "server_seed_hash": state.server_seed_hash,
+            "hands_left": state.hands_left,
+            "cards_left": state.cards_left,
+        },
+        "cards": [
+            {"hand": c.hand, "position": c.position, "card": c.card, "reason": c.reason}
+            for c in state.cards
+        ],
+        "outcome": state.outcome,
+    }
+
+
+@blp.route("")
+class Tables(MethodView):
+    """The casino's tables."""
+
+    @roles(*READERS)
+    @blp.response(200, TableListSchema)
+    def get(self) -> dict[str, Any]:
+        """List every table's settings."""
+        return {"tables": [table_settings(t) for t in container().games.list_tables()]}
+
+    @roles(Role.OPS)
+    @blp.arguments(NewTableSchema)
+    @blp.response(201, TableSchema)
+    def post(self, new: dict[str, Any]) -> tuple[dict[str, Any], int, dict[str, str]]:
+        """Set up a new table (GBP only; stakes in whole pounds)."""
+        chips = new.get("chips_pence")
+        limits = TableLimits(
+            minimum=new["minimum_pence"],
+            maximum=new["maximum_pence"],
+            **({"chips": tuple(chips)} if chips is not None else {}),
+        )
+        settings = TableSettings(
+            seats=new["seats"],
+            limits=limits,
+            betting_window=timedelta(seconds=new["betting_window_seconds"]),
+            decks=new["decks"],
+            currency=new["currency"],
+        )
+        table_id = new["table_id"]
+        games = container().games
+        games.create_table(table_id, settings, actor())
+        location = url_for("tables.Table", table_id=table_id)
+        return table_settings(games.table(table_id)), 201, {"Location": location}
+
+
+@blp.route("/<table_id>", parameters=[TABLE_ID_PARAMETER])
+class Table(MethodView):
+    """One table's settings."""
+
+    @roles(*READERS)
+    @blp.response(200, TableSchema)
+    def get(self, table_id: str) -> dict[str, Any]:
+        """Read a table's settings."""
+        return table_settings(container().games.table(checked_id("table_id", table_id)))
+
+
+@blp.route("/<table_id>/state", parameters=[TABLE_ID_PARAMETER])
+class TableState(MethodView):
+    """One table's live state."""
+
+    @roles(*READERS)
+    @blp.response(200, LiveStateSchema)
+    def get(self, table_id: str) -> dict[str, Any]:
+        """Read a table's live state; a lapsed betting window is closed and dealt first."""
+        return live_state(container().games.live_state(checked_id("table_id", table_id)))
