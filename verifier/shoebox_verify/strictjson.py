@@ -80,8 +80,13 @@ def loads_line(raw: bytes) -> object:
     try:
         return _DECODER.decode(text)
     except json.JSONDecodeError as error:
-        cut = " (the line looks cut short)" if error.pos >= len(text.rstrip()) else ""
-        raise BadJsonError(f"not valid JSON: {error.msg} at column {error.colno}{cut}") from None
+        cut = (
+            not raw.endswith(b"\n")
+            or error.msg.startswith("Unterminated")
+            or error.pos >= len(text.rstrip())
+        )
+        hint = " (the line looks cut short)" if cut else ""
+        raise BadJsonError(f"not valid JSON: {error.msg} (column {error.colno}){hint}") from None
     except RecursionError:
         raise BadJsonError("JSON nested too deeply") from None
     except ValueError as error:  # BadJsonError from a hook, or int() refusing a huge literal

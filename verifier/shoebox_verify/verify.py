@@ -211,8 +211,9 @@ class Verifier:
         self._prev_hash: str | None = None
         self._last_position: int | None = None
         self._versions: dict[str, int] = {}
-        self._run_key: tuple[Any, ...] | None = None
-        self._run_start = 0
+        self._last_metadata: dict[str, Any] | None = None
+        self._last_recorded_at: str | None = None
+        self._run_start = 0  # the position where the last append (as far as can be told) began
         self._rounds: dict[tuple[str, str], _Round] = {}
         self._shoes: dict[str, _ShoeState] = {}
         self._derived: OrderedDict[str, Shoe] = OrderedDict()
@@ -237,7 +238,9 @@ class Verifier:
         return self.report
 
     def _index(self) -> None:
-        trailer = False  # a shoe or wallet line has been seen: events are over
+        # Events are contiguous: shoe and wallet lines go after them (or, a proposed order,
+        # before them), never in between.
+        events_seen = trailer = False
         with open(self.path, "rb") as file:
             for number, raw in _lines(file):
                 if number & 8191 == 0:
@@ -249,19 +252,21 @@ class Verifier:
                     continue
                 if raw.startswith(_EVENT_PREFIX):
                     self._index_event(raw, number, trailer)
+                    events_seen = True
                     continue
                 document = read_object(raw, number)
                 kind = document["kind"]
                 if kind == "event":
                     self._index_event(raw, number, trailer)
+                    events_seen = True
                 elif kind == "shoe":
-                    trailer = True
+                    trailer = events_seen
                     shoe = read_shoe(document, number)
                     if shoe.shoe_id in self._shoe_lines:
                         self.report.add("format", f"line {number}", f"shoe {shoe.shoe_id} twice")
                     self._shoe_lines[shoe.shoe_id] = shoe
                 elif kind == "wallet":
-                    trailer = True
+                    trailer = events_seen
                     wallet = read_wallet(document, number)
                     if wallet.player_id in self._wallet_lines:
                         self.report.add(
@@ -283,7 +288,7 @@ class Verifier:
     def _index_event(self, raw: bytes, number: int, trailer: bool) -> None:
         self._event_lines += 1
         if trailer:
-            self.report.add("format", f"line {number}", "an event line after the shoe lines")
+            self.report.add("format", f"line {number}", "an event line after shoe or wallet lines")
         if b'"RoundVoided"' in raw:
             document = read_object(raw, number)
             if document.get("type") == "RoundVoided":
@@ -464,52 +469,76 @@ class Verifier:
     # Events.
 
     def _event(self, document: dict[str, Any], number: int) -> None:
-        position = document.get("position")
-        fields = Fields(document, number, "", position if type(position) is int else None)
-        missing = EVENT_KEYS - document.keys()
-        if missing:
-            fields.fail(f"the event line lacks {', '.join(sorted(missing))}")
-        position = fields.integer("position", 1)
-        stream_id = fields.text("stream_id")
-        category = fields.text("category")
-        version = fields.integer("version", 1)
-        type_ = fields.text("type")
-        schema_version = fields.integer("schema_version", 1)
-        payload = fields.obj("payload")
-        metadata = fields.obj("metadata")
-        for key, value in metadata.document.items():
-            if value is not None and type(value) is not str:
-                fields.fail(f"metadata.{key} is not a string or null")
-        recorded_at = fields.timestamp("recorded_at")
-        prev_hash = fields.hash("prev_hash")
-        hash_ = fields.hash("hash")
+        try:
+            position = document["position"]
+            stream_id = document["stream_id"]
+            category = document["category"]
+            version = document["version"]
+            type_ = document["type"]
+            schema_version = document["schema_version"]
+            payload = document["payload"]
+            metadata = document["metadata"]
+            recorded_at = document["recorded_at"]
+            prev_hash = document["prev_hash"]
+            hash_ = document["hash"]
+        except KeyError:
+            _event_shape(document, number)
+            raise  # pragma: no cover - _event_shape names the missing key
+        # The common case in a few type tests; anything else gets the precise diagnosis.
+        if not (
+            type(position) is int
+            and position >= 1
+            and type(stream_id) is str
+            and type(category) is str
+            and type(version) is int
+            and version >= 1
+            and type(type_) is str
+            and type(schema_version) is int
+            and schema_version >= 1
+            and type(payload) is dict
+            and type(metadata) is dict
+            and type(recorded_at) is str
+            and type(prev_hash) is str
+            and type(hash_) is str
+        ):
+            _event_shape(document, number)
         report = self.report
+        where = _Where(position, stream_id, type_)
+        # The events of one append share metadata and recorded_at: each is checked once.
+        if metadata != self._last_metadata:
+            _event_shape(document, number)
+            if set(metadata) != METADATA_KEYS:
+                report.add("format", str(where), "metadata does not have exactly the six keys")
+            self._last_metadata = metadata
+            self._run_start = position
+        if recorded_at != self._last_recorded_at:
+            _event_shape(document, number)
+            self._last_recorded_at = recorded_at
+            self._run_start = position
         report.events += 1
-        where = f"position {position} ({stream_id} {type_})"
         self._chain(document, number, position, prev_hash, hash_, where)
-        if set(metadata.document) != METADATA_KEYS:
-            report.add("format", where, "metadata does not have exactly the six keys")
         if category != stream_id.partition(":")[0]:
-            report.add("chain", where, f"category {category!r} is not the stream's")
+            report.add("chain", str(where), f"category {category!r} is not the stream's")
         last_version = self._versions.get(stream_id)
         if last_version is not None and version != last_version + 1:
-            report.add("chain", where, f"version {version} follows {last_version} in its stream")
+            report.add(
+                "chain", str(where), f"version {version} follows {last_version} in its stream"
+            )
         self._versions[stream_id] = version
-        run_key = (recorded_at, tuple(sorted(metadata.document.items())))
-        if run_key != self._run_key:
-            self._run_key, self._run_start = run_key, position
         if stream_id == self._table_stream:
-            self._period(position, recorded_at, where)
-        if category not in ("table", "wallet"):
+            self._period(position, recorded_at, str(where))
+        if category != "table" and category != "wallet":
             return
         try:
-            lifted = upcast(category, type_, schema_version, payload.document)
+            lifted = upcast(category, type_, schema_version, payload)
         except UnknownSchemaError as error:
-            report.add("format", where, str(error))
+            report.add("format", str(where), str(error))
             return
-        body = Fields(dict(lifted), number, "payload.", position)
+        body = Fields(
+            lifted if type(lifted) is dict else dict(lifted), number, "payload.", position
+        )
         if category == "table":
-            self._table_event(stream_id.partition(":")[2], type_, body, position, where)
+            self._table_event(stream_id.partition(":")[2], type_, body, position)
         else:
             self._wallet_event(stream_id.partition(":")[2], type_, body, position, where)
 
@@ -520,39 +549,41 @@ class Verifier:
         position: int,
         prev_hash: str,
         hash_: str,
-        where: str,
+        where: _Where,
     ) -> None:
         report = self.report
         header = self._header
         assert header is not None
         if self._last_position is None:
             if header.first_position is None:
-                report.add("chain", where, "the header says the slice is empty")
+                report.add("chain", str(where), "the header says the slice is empty")
             elif position != header.first_position or prev_hash != header.prev_hash:
                 report.add(
                     "chain",
-                    where,
+                    str(where),
                     f"the first event does not start where the header says (position "
                     f"{header.first_position}, prev_hash {header.prev_hash})",
                 )
             self._expected_position = position
             self._prev_hash = prev_hash
         if position != self._expected_position:
-            report.add("chain", where, f"expected position {self._expected_position}")
+            report.add("chain", str(where), f"expected position {self._expected_position}")
         if prev_hash != self._prev_hash:
-            report.add("chain", where, f"prev_hash should be {self._prev_hash}")
+            _event_shape(document, number)
+            report.add("chain", str(where), f"prev_hash should be {self._prev_hash}")
         try:
             body = canonical_json({key: document[key] for key in DOCUMENT_KEYS})
-        except BadJsonError as error:
+            digest = hashlib.sha256(prev_hash.encode("ascii") + body).hexdigest()
+        except (BadJsonError, UnicodeEncodeError) as error:
             raise DamagedError(number, str(error), position) from None
-        digest = hashlib.sha256(prev_hash.encode("ascii") + body).hexdigest()
         if digest != hash_:
-            report.add("chain", where, f"the event hashes to {digest}, not {hash_}")
+            _event_shape(document, number)  # a hash that is not even 64 hex characters
+            report.add("chain", str(where), f"the event hashes to {digest}, not {hash_}")
         for source, head_hash in self._expected_hashes.pop(position, ()):
             if head_hash != hash_:
                 report.add(
                     "checkpoint",
-                    where,
+                    str(where),
                     f"{source} signed head {head_hash} at this position; the export has {hash_}",
                 )
         # Go on from the hash the line carries, so that each edited event is named once.
@@ -588,18 +619,16 @@ class Verifier:
             found = self._rounds[key] = _Round(table_id, round_id)
         return found
 
-    def _table_event(
-        self, table_id: str, type_: str, body: Fields, position: int, where: str
-    ) -> None:
+    def _table_event(self, table_id: str, type_: str, body: Fields, position: int) -> None:
         payload = body.document
         shoe_id = payload.get("shoe_id")
         if type(shoe_id) is str:
             self._named_shoes.add(shoe_id)
         if type_ == "ShoeOpened":
-            self._shoe_opened(body, where)
+            self._shoe_opened(body)
             return
         if type_ == "ShoeRevealed":
-            self._shoe_revealed(body, where)
+            self._shoe_revealed(body)
             return
         if "round_id" not in payload:
             return
@@ -646,7 +675,7 @@ class Verifier:
         current.table_seen = True
         self._try_close(current)
 
-    def _shoe_opened(self, body: Fields, where: str) -> None:
+    def _shoe_opened(self, body: Fields) -> None:
         shoe_id = body.text("shoe_id")
         published = (
             body.text("server_seed_hash"),
@@ -669,7 +698,7 @@ class Verifier:
             state = self._shoes[shoe_id] = _ShoeState(None)
         state.next_position, state.coups = 0, 0
 
-    def _shoe_revealed(self, body: Fields, where: str) -> None:
+    def _shoe_revealed(self, body: Fields) -> None:
         shoe_id = body.text("shoe_id")
         seed = body.text("server_seed")
         state = self._shoes.get(shoe_id)
@@ -874,9 +903,10 @@ class Verifier:
         return wallet
 
     def _wallet_event(
-        self, player_id: str, type_: str, body: Fields, position: int, where: str
+        self, player_id: str, type_: str, body: Fields, position: int, where_: _Where
     ) -> None:
         report = self.report
+        where = str(where_)
         wallet = self._wallet(player_id, where)
         if type_ in ("Deposited", "Corrected"):
             wallet.available += body.integer("amount")
@@ -1027,6 +1057,45 @@ class Verifier:
                     f"its events leave open stakes {_stakes(wallet.open_stakes)}; the export "
                     f"states {_stakes(closing.open_stakes)}",
                 )
+
+
+class _Where:
+    """Where an event is, formatted only if a finding needs it."""
+
+    __slots__ = ("position", "stream_id", "type")
+
+    def __init__(self, position: int, stream_id: str, type_: str) -> None:
+        self.position, self.stream_id, self.type = position, stream_id, type_
+
+    def __str__(self) -> str:
+        return f"position {self.position} ({self.stream_id} {self.type})"
+
+
+def _event_shape(document: dict[str, Any], number: int) -> None:
+    """Check an event line key by key; DamagedError names the first thing wrong."""
+    position = document.get("position")
+    fields = Fields(document, number, "", position if type(position) is int else None)
+    missing = EVENT_KEYS - document.keys()
+    if missing:
+        fields.fail(f"the event line lacks {', '.join(sorted(missing))}")
+    fields.integer("position", 1)
+    fields.text("stream_id")
+    fields.text("category")
+    fields.integer("version", 1)
+    fields.text("type")
+    fields.integer("schema_version", 1)
+    fields.obj("payload")
+    metadata = fields.obj("metadata")
+    for key, value in metadata.document.items():
+        if value is not None and type(value) is not str:
+            fields.fail(f"metadata.{key} is {_kind(value)}, not a string or null")
+    fields.timestamp("recorded_at")
+    fields.hash("prev_hash")
+    fields.hash("hash")
+
+
+def _kind(value: object) -> str:
+    return "an integer" if type(value) is int else type(value).__name__
 
 
 def _step(step: tuple[Any, ...]) -> str:
