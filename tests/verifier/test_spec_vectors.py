@@ -152,11 +152,11 @@ _json = st.recursive(
     st.none()
     | st.booleans()
     | st.integers(min_value=-(2**63), max_value=2**63 - 1)
-    | st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00")),
+    | st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\x00")),
     lambda children: (
         st.lists(children, max_size=4)
         | st.dictionaries(
-            st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00")),
+            st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\x00")),
             children,
             max_size=4,
         )

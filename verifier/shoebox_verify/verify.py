@@ -44,6 +44,7 @@ _EVENT_PREFIX = b'{"kind":"event"'
 _HANDS = (rules.PLAYER, rules.BANKER)
 _MIN_CARDS_TO_START = 6
 _DERIVED_SHOES_KEPT = 16
+_PROGRESS_EVERY = 8192  # lines between looks at the clock
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +161,8 @@ class _Progress:
         self._shown = False
 
     def tick(self, phase: str, offset: int, line: int) -> None:
+        if not self.enabled:
+            return
         now = time.monotonic()
         if now < self._next:
             return
@@ -243,7 +246,7 @@ class Verifier:
         events_seen = trailer = False
         with open(self.path, "rb") as file:
             for number, raw in _lines(file):
-                if number & 8191 == 0:
+                if number % _PROGRESS_EVERY == 0:
                     self._progress.tick("pass 1 of 2", file.tell(), number)
                 if number == 1:
                     self._header = read_header(read_object(raw, 1), 1)
@@ -321,7 +324,7 @@ class Verifier:
     def _walk(self) -> None:
         with open(self.path, "rb") as file:
             for number, raw in _lines(file):
-                if number & 8191 == 0:
+                if number % _PROGRESS_EVERY == 0:
                     self._progress.tick("pass 2 of 2", file.tell(), number)
                 if number == 1 or not raw.strip():
                     continue
