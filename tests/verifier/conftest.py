@@ -6,6 +6,12 @@ from typing import Any
 
 import pytest
 
+# The real-PostgreSQL fixtures, for test_real_export.py.
+from tests.integration.conftest import (  # noqa: F401
+    app_pool,
+    fresh_database,
+    migrated_template,
+)
 from tests.verifier.exportgen import Played, Simulation, export_lines
 
 

@@ -87,6 +87,7 @@ class Simulation:
         players: int = 3,
         seed: int = 1,
         on_record: Callable[[RecordedEvent], None] | None = None,
+        on_append: Callable[[list[StreamAppend], datetime], None] | None = None,
     ) -> None:
         self.table_id = table_id
         self.players = [f"{table_id}-p{index}" for index in range(1, players + 1)]
@@ -100,6 +101,8 @@ class Simulation:
         # With on_record, records go there as they are made and are not kept.
         self.on_record = on_record
         self.head = (0, GENESIS_HASH)
+        # With on_append, each append also goes there (e.g. into a real store).
+        self.on_append = on_append
 
     def _tick(self) -> datetime:
         self.clock += timedelta(seconds=1)
@@ -132,6 +135,8 @@ class Simulation:
             kinds.extend(events)
             for event in events:
                 self.wallets[player] = evolve_wallet(self.wallets[player], event)
+        if self.on_append is not None:
+            self.on_append(streams, self.clock)
         new = chain_events(streams, METADATA, self.clock, *self.head)
         self.head = (new[-1].position, new[-1].hash)
         for record, kind in zip(new, kinds, strict=True):
