@@ -19,7 +19,15 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Final
 
-from events.store import EventMetadata, EventStore, NewEvent, RecordedEvent, StreamAppend
+from events.store import (
+    EventMetadata,
+    EventStore,
+    JsonValue,
+    NewEvent,
+    RecordedEvent,
+    StreamAppend,
+)
+from service.application.operators import DEFAULT_OPERATOR, checked_operator
 
 CATEGORY: Final = "apikey"
 KEY_PREFIX: Final = "sbx_"
@@ -80,6 +88,9 @@ class ApiKey:
     created_at: datetime
     revoked_at: datetime | None = None
     revoke_reason: str | None = None
+    # The operator whose players the key acts for. A frontend key always has one (the default
+    # operator when created without); an ops or regulator key without one sees all operators.
+    operator: str | None = None
 
     @property
     def revoked(self) -> bool:
@@ -117,15 +128,35 @@ def _check_text(what: str, text: str, limit: int) -> str:
     return text
 
 
-def create_key(store: EventStore, name: str, role: Role, metadata: EventMetadata) -> IssuedKey:
-    """Append ApiKeyCreated for a new key and return it with its secret."""
+def create_key(
+    store: EventStore,
+    name: str,
+    role: Role,
+    metadata: EventMetadata,
+    operator: str | None = None,
+) -> IssuedKey:
+    """Append ApiKeyCreated for a new key and return it with its secret.
+
+    A frontend key created without an operator belongs to the default one; an ops or
+    regulator key without one sees every operator.
+    """
     _check_text("a key name", name, MAX_NAME_LENGTH)
+    if operator is None and role is Role.FRONTEND:
+        operator = DEFAULT_OPERATOR
+    if operator is not None:
+        checked_operator(operator)
     key_id = "key_" + secrets.token_hex(8)
     secret = generate_secret()
     digest = hash_key(secret)
-    event = NewEvent(
-        KEY_CREATED, {"key_id": key_id, "name": name, "role": role.value, "key_sha256": digest}
-    )
+    payload: dict[str, JsonValue] = {
+        "key_id": key_id,
+        "name": name,
+        "role": role.value,
+        "key_sha256": digest,
+    }
+    if operator is not None:
+        payload["operator"] = operator
+    event = NewEvent(KEY_CREATED, payload)
     store.append([StreamAppend(stream_id(key_id), 0, [event])], metadata)
     recorded = store.read_stream(stream_id(key_id))
     return IssuedKey(_fold(recorded), secret)
@@ -175,12 +206,18 @@ def _apply(keys: dict[str, ApiKey], event: RecordedEvent) -> None:
     payload = event.payload
     key_id = str(payload["key_id"])
     if event.type == KEY_CREATED:
+        role = Role(str(payload["role"]))
+        operator = payload.get("operator")
+        # A key created before operators existed names none: a frontend one is the default's.
+        if operator is None and role is Role.FRONTEND:
+            operator = DEFAULT_OPERATOR
         keys[key_id] = ApiKey(
             key_id=key_id,
             name=str(payload["name"]),
-            role=Role(str(payload["role"])),
+            role=role,
             key_sha256=str(payload["key_sha256"]),
             created_at=event.recorded_at,
+            operator=None if operator is None else str(operator),
         )
     elif event.type == KEY_REVOKED and key_id in keys:
         keys[key_id] = replace(
@@ -224,6 +261,12 @@ class KeyRing:
         if key is None or not hmac.compare_digest(key.key_sha256, digest) or key.revoked:
             return None
         return key
+
+    def operators(self) -> frozenset[str]:
+        """Every operator a key has named, and the default one."""
+        self._refresh_if_older_than(self._refresh_seconds)
+        named = {k.operator for k in self._keys.values() if k.operator is not None}
+        return frozenset({DEFAULT_OPERATOR, *named})
 
     def refresh(self) -> None:
         """Read the key events appended since the last read."""

@@ -11,6 +11,7 @@ import psycopg
 from events.postgres import PostgresEventStore, open_pool
 from events.store import EventMetadata, EventStore
 from service.application.keys import ApiKeyError, Role, create_key, list_keys, revoke_key
+from service.application.operators import checked_operator
 from service.embedded import database_url
 from service.runtime.settings import Settings
 
@@ -48,16 +49,28 @@ def keys() -> None:
     help="What it may do.",
 )
 @click.option("--name", required=True, help="Who holds it, e.g. the front end's name.")
-def create(role: str, name: str) -> None:
+@click.option(
+    "--operator",
+    default=None,
+    help="The casino whose players it acts for. A frontend key without one belongs to the"
+    " default operator; an ops or regulator key without one sees every operator.",
+)
+def create(role: str, name: str, operator: str | None) -> None:
     """Create a key and print it; it is shown this once and stored only as its SHA-256."""
+    if operator is not None:
+        try:
+            checked_operator(operator)
+        except ValueError as error:
+            raise click.BadParameter(str(error), param_hint="--operator") from error
     try:
         with _store() as store:
-            issued = create_key(store, name, Role(role), _metadata())
+            issued = create_key(store, name, Role(role), _metadata(), operator)
     except ValueError as error:
         raise click.BadParameter(str(error), param_hint="--name") from error
     click.echo(f"key id: {issued.key.key_id}", err=True)
     click.echo(f"role:   {issued.key.role.value}", err=True)
     click.echo(f"name:   {issued.key.name}", err=True)
+    click.echo(f"operator: {issued.key.operator or 'every operator'}", err=True)
     click.echo("The key below is shown once; keep it secret.", err=True)
     click.echo(issued.secret)
 
@@ -88,7 +101,9 @@ def list_command() -> None:
         status = "live"
         if key.revoked_at is not None:
             status = f"revoked {_when(key.revoked_at)}: {key.revoke_reason}"
-        click.echo("\t".join([key.key_id, key.role.value, key.name, _when(key.created_at), status]))
+        operator = key.operator or "all operators"
+        fields = [key.key_id, key.role.value, key.name, operator, _when(key.created_at), status]
+        click.echo("\t".join(fields))
 
 
 def _when(moment: datetime) -> str:

@@ -16,6 +16,7 @@ import orjson
 from domain.wallet import WALLET_EVENT_TYPES, Wallet, WalletEvent, evolve_wallet
 from events.canonical import format_timestamp, metadata_document
 from events.store import EventStore, RecordedEvent
+from service.application.operators import operator_of
 from service.application.streams import from_recorded_as, id_of, table_stream
 from service.regulator.verification import EXPORT_FORMAT
 
@@ -149,6 +150,8 @@ def _wallet_lines(store: EventStore, slice_: list[RecordedEvent]) -> Iterator[di
         yield {
             "kind": "wallet",
             "player_id": player_id,
+            # The player key names the operator too; said outright for the regulator's tools.
+            "operator": operator_of(player_id),
             "opening": wallet_state(opening),
             "closing": wallet_state(wallet),
         }

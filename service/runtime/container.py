@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +35,8 @@ class Container:
     chat: ChatService
     # The pool create_app opened, closed with the app; None when the store was handed in.
     pool: ConnectionPool[Any] | None = None
+    # The key under which other operators' players are aliased (service/web/operators.py).
+    alias_secret: bytes = b""
     # The read models. None only when an in-memory store was handed in (the unit tests' wiring),
     # where there is no PostgreSQL to project into: see `reads_from_projections`.
     projections: ProjectionService | None = None
@@ -76,4 +79,27 @@ def wire(
         chat=ChatService(store, clock, games, tables=tables),
         pool=pool,
         projections=projections,
+        alias_secret=alias_secret(pool),
     )
+
+
+_ALIAS_KEY_NAME = "player-alias"
+_ENSURE_ALIAS_KEY = """
+INSERT INTO service_secrets (name, value) VALUES (%s, %s) ON CONFLICT (name) DO NOTHING
+"""
+_READ_ALIAS_KEY = "SELECT value FROM service_secrets WHERE name = %s"
+
+
+def alias_secret(pool: Pool | None) -> bytes:
+    """The aliasing key every worker shares: made once in the database, then read from it.
+
+    Without a database (the unit tests' in-memory store) a random key serves this process.
+    """
+    if pool is None:
+        return secrets.token_bytes(32)
+    with pool.connection() as conn:
+        conn.execute(_ENSURE_ALIAS_KEY, [_ALIAS_KEY_NAME, secrets.token_bytes(32)])
+        row = conn.execute(_READ_ALIAS_KEY, [_ALIAS_KEY_NAME]).fetchone()
+    if row is None:
+        raise RuntimeError("service_secrets lost its alias key mid-read")
+    return bytes(row[0])

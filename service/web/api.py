@@ -44,6 +44,18 @@ __all__ = [
 ]
 
 API_PREFIX: Final = "/v1"
+OPERATOR_PARAMETER: Final = "operator"
+OPERATOR_QUERY_PARAMETER: Final[dict[str, Any]] = {
+    "in": "query",
+    "name": OPERATOR_PARAMETER,
+    "required": False,
+    "description": (
+        "The operator (casino) whose player this names: for ops and regulator keys that see"
+        " every operator; without it, the default operator. A frontend key's operator is"
+        " implied by the key, and naming another is refused."
+    ),
+    "schema": {"type": "string", "pattern": r"^(?!\.+$)[A-Za-z0-9_.-]{1,64}$"},
+}
 RESOURCES: Final = "service.web.resources"
 """The package whose modules are the API's resources, one `blp` each."""
 EXTENSION: Final = "shoebox"
@@ -62,9 +74,16 @@ class Blueprint(_Blueprint):  # type: ignore[misc]
         *,
         parameters: Sequence[Any] | None = None,
         tags: Sequence[str] | None = None,
+        names_player: bool = False,
         **options: Any,
     ) -> Callable[[Resource], Resource]:
-        """Register a MethodView at `rule`, below the blueprint's prefix."""
+        """Register a MethodView at `rule`, below the blueprint's prefix.
+
+        A rule that names a player documents the `operator` query parameter with it, so that
+        no endpoint naming a player can leave it out (service/web/operators.py reads it).
+        """
+        if "<player_id>" in rule or names_player:
+            parameters = [*(parameters or ()), OPERATOR_QUERY_PARAMETER]
         decorator = super().route(rule, parameters=parameters, tags=tags, **options)
         return cast("Callable[[Resource], Resource]", decorator)
 

@@ -19,7 +19,7 @@ from service.application.read_models.queries import ProjectionService
 from service.runtime.container import wire
 from service.runtime.scheduler import RqWindowScheduler
 from service.runtime.settings import Settings, SettingsError
-from service.web import idempotency
+from service.web import idempotency, operators
 from service.web.api import API_PREFIX, EXTENSION, ShoeboxApi, register_blueprints
 from service.web.auth import authenticate_request, check_roles_declared
 from service.web.problems import Problem, register_problem_handlers
@@ -113,9 +113,12 @@ def create_app(
     app.before_request(_check_body)
     app.before_request(idempotency.begin_request)
     app.before_request(_identify_caller)
-    # After the view, in the reverse of this order: the response is settled, then labelled.
+    app.before_request(operators.qualify_path_player)
+    # After the view, in the reverse of this order: players named for the caller, the
+    # response stored for its idempotency key, then labelled.
     app.after_request(_echo_request_id)
     app.after_request(idempotency.finish_request)
+    app.after_request(operators.name_players)
     return app
 
 

@@ -89,3 +89,26 @@ def test_a_role_outside_the_three_is_refused(fresh_database: str) -> None:
     result = keys(fresh_database, "create", "--role", "admin", "--name", "a")
     assert result.exit_code == 2
     assert "admin" in result.output
+
+
+def test_a_key_belongs_to_the_operator_it_is_created_for_or_to_the_default(
+    fresh_database: str, app_pool: Pool
+) -> None:
+    casino = keys(
+        fresh_database, "create", "--role", "frontend", "--name", "a", "--operator", "casino-a"
+    )
+    plain = keys(fresh_database, "create", "--role", "frontend", "--name", "b")
+    overseer = keys(fresh_database, "create", "--role", "regulator", "--name", "c")
+    ring = KeyRing(PostgresEventStore(app_pool))
+    operators = [ring.authenticate(created_secret(r)) for r in (casino, plain, overseer)]
+    assert [key.operator if key else "?" for key in operators] == ["casino-a", "default", None]
+    assert ring.operators() == {"default", "casino-a"}
+    listing = keys(fresh_database, "list").stdout.strip().splitlines()
+    assert [line.split("\t")[3] for line in listing] == ["casino-a", "default", "all operators"]
+
+
+def test_an_operator_id_outside_the_id_grammar_is_refused(fresh_database: str) -> None:
+    for bad in ("..", "a/b", "has space"):
+        result = keys(fresh_database, "create", "--role", "ops", "--name", "x", "--operator", bad)
+        assert result.exit_code == 2, (bad, result.output)
+        assert "--operator" in result.output

@@ -93,6 +93,7 @@ def test_a_key_is_sbx_and_256_random_bits_and_the_log_holds_only_its_hash(
         "name": "casino-one",
         "role": "frontend",
         "key_sha256": hash_key(issued.secret),
+        "operator": "default",
     }
     assert issued.secret[len(KEY_PREFIX) :] not in repr(store.read_all())
 

@@ -1,4 +1,4 @@
-"""The house ledger per table, UTC day and bet type: bets, wagered, paid out and commission.
+"""The house ledger per table, UTC day, bet type and operator: bets, wagered, paid, commission.
 
 Hold (wagered less paid out) and observed return to player are derived when read. A reversal
 is booked against the day of the settlement it reverses, so a voided round nets to nothing on
@@ -17,12 +17,13 @@ from psycopg.rows import TupleRow
 
 from events.projections.base import Projection, add_rows, insert_new, load_rows
 from events.store import RecordedEvent
+from service.application.operators import operator_of
 
 SUMS: Final = ("bets", "wagered", "paid_out", "commission")
 
 
 class LedgerProjection(Projection):
-    """The house's side of every settled bet, by table, day and spot."""
+    """The house's side of every settled bet, by table, day, spot and the player's operator."""
 
     name = "ledger"
     categories = ("table",)
@@ -44,7 +45,7 @@ class LedgerProjection(Projection):
         )
         new_days: list[tuple[str, str, date]] = []
         decks: list[tuple[str, int]] = []
-        figures: dict[tuple[str, date, str], list[int]] = {}
+        figures: dict[tuple[str, date, str, str], list[int]] = {}
         for event in events:
             if event.category != "table":
                 continue
@@ -69,7 +70,7 @@ class LedgerProjection(Projection):
             else:
                 sign = -1
                 day = days[round_id][1]
-            key = (table_id, day, payload["spot"])
+            key = (table_id, day, payload["spot"], operator_of(payload["player_id"]))
             row = figures.get(key)
             if row is None:
                 row = figures[key] = [0, 0, 0, 0]
@@ -84,7 +85,7 @@ class LedgerProjection(Projection):
         add_rows(
             conn,
             self.table("proj_ledger"),
-            ("table_id", "day", "spot"),
+            ("table_id", "day", "spot", "operator"),
             SUMS,
             ((*key, *row) for key, row in figures.items()),
         )

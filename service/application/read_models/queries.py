@@ -61,10 +61,14 @@ SELECT outcome FROM proj_coups
 WHERE table_id = %s AND NOT voided AND (%s::text IS NULL OR shoe_id = %s)
 ORDER BY position
 """
+# Through proj_ledger's primary key (table_id, day, spot, operator): one table's days.
 _LEDGER = """
-SELECT l.day, l.spot, l.bets, l.wagered, l.paid_out, l.commission, t.decks
+SELECT l.day, l.spot, sum(l.bets)::integer, sum(l.wagered)::bigint, sum(l.paid_out)::bigint,
+       sum(l.commission)::bigint, min(t.decks)
 FROM proj_ledger AS l LEFT JOIN proj_ledger_tables AS t USING (table_id)
 WHERE l.table_id = %s AND l.day >= %s AND l.day <= %s
+  AND (%s::text IS NULL OR l.operator = %s)
+GROUP BY l.day, l.spot
 ORDER BY l.day, l.spot
 """
 _MONEY = """
@@ -251,10 +255,16 @@ class ProjectionService:
                 outcomes = [Outcome(row[0]) for row in rows]
         return TableStatistics(table_id, scope, shoe_id, decks, roads_from(outcomes))
 
-    def ledger(self, table_id: str, first: date, last: date) -> list[LedgerLine]:
-        """The house ledger of a table from day `first` to day `last`, by day and bet type."""
+    def ledger(
+        self, table_id: str, first: date, last: date, operator: str | None = None
+    ) -> list[LedgerLine]:
+        """The house ledger of a table from day `first` to `last`, by day and bet type.
+
+        With `operator`, only the bets of that operator's players: the cuts of every operator
+        add up to the uncut ledger.
+        """
         with self._pool.connection() as conn:
-            rows = conn.execute(_LEDGER, [table_id, first, last]).fetchall()
+            rows = conn.execute(_LEDGER, [table_id, first, last, operator, operator]).fetchall()
         theoretical: dict[int, Any] = {}
         lines: list[LedgerLine] = []
         for day, spot, bets, wagered, paid_out, commission, decks in rows:

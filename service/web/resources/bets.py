@@ -14,6 +14,7 @@ from domain.outcome import Spot
 from service.application.keys import Role
 from service.web.api import actor, container
 from service.web.auth import roles
+from service.web.operators import player_field
 from service.web.resources.schemas import (
     PLAYER_ID_PARAMETER,
     TABLE_ID_PARAMETER,
@@ -21,7 +22,6 @@ from service.web.resources.schemas import (
     TableAction,
     TableActionSchema,
     checked_id,
-    id_field,
     pence_field,
     resource,
     table_action,
@@ -33,7 +33,7 @@ blp = resource("bets", __name__, "/tables", "Betting: bets, rebet, Deal and Pass
 class NewBetSchema(ma.Schema):
     """A stake on one spot."""
 
-    player_id = id_field("The player who bets.")
+    player_id = player_field("The player who bets.")
     spot = ma.fields.Enum(Spot, by_value=True, required=True)
     stake_pence = pence_field("The stake: whole pounds, in the table's chips.", required=True)
 

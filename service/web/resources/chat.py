@@ -17,6 +17,7 @@ from service.application.keys import Role
 from service.application.streams import chat_stream
 from service.web.api import actor, container
 from service.web.auth import READERS, roles
+from service.web.operators import player_field
 from service.web.resources.schemas import (
     DEFAULT_PAGE,
     PLAYER_ID_PARAMETER,
@@ -25,7 +26,6 @@ from service.web.resources.schemas import (
     TableAction,
     TableActionSchema,
     checked_id,
-    id_field,
     reason_field,
     resource,
     table_action,
@@ -37,7 +37,7 @@ blp = resource("chat", __name__, "/tables", "Chat at a table, and its moderation
 class NewMessageSchema(ma.Schema):
     """A message from a seated player."""
 
-    player_id = id_field("The player who speaks.")
+    player_id = player_field("The player who speaks.")
     text = ma.fields.String(
         required=True,
         metadata={
@@ -67,7 +67,7 @@ class MessagesSchema(ma.Schema):
 class ModerationSchema(ma.Schema):
     """A player ops act on, and why."""
 
-    player_id = id_field("The player ops act on.")
+    player_id = player_field("The player ops act on.")
     reason = reason_field("Why, for the player and the audit log.")
 
 
@@ -114,7 +114,7 @@ class Chat(MethodView):
         }
 
 
-@blp.route("/<table_id>/mutes", parameters=[TABLE_ID_PARAMETER])
+@blp.route("/<table_id>/mutes", parameters=[TABLE_ID_PARAMETER], names_player=True)
 class Mutes(MethodView):
     """Players muted in a table's chat."""
 
@@ -143,7 +143,7 @@ class Mute(MethodView):
         return table_action(table_id, player_id, receipt)
 
 
-@blp.route("/<table_id>/removals", parameters=[TABLE_ID_PARAMETER])
+@blp.route("/<table_id>/removals", parameters=[TABLE_ID_PARAMETER], names_player=True)
 class Removals(MethodView):
     """Players removed from a table for good."""
 

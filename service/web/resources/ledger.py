@@ -9,6 +9,7 @@ from flask.views import MethodView
 from service.application.read_models.queries import LedgerLine
 from service.web.api import container, projections
 from service.web.auth import OVERSIGHT, roles
+from service.web.operators import ledger_operator
 from service.web.problems import Problem
 from service.web.resources.schemas import TABLE_ID_PARAMETER, checked_id, resource
 
@@ -74,7 +75,7 @@ def _line(line: LedgerLine) -> dict[str, Any]:
     }
 
 
-@blp.route("/<table_id>/ledger", parameters=[TABLE_ID_PARAMETER])
+@blp.route("/<table_id>/ledger", parameters=[TABLE_ID_PARAMETER], names_player=True)
 class Ledger(MethodView):
     """A table's house ledger."""
 
@@ -92,7 +93,7 @@ class Ledger(MethodView):
                 "validation-failed",
                 f"`from` must be on or before `to`, at most {MAX_DAYS} days apart.",
             )
-        lines = projections().ledger(table_id, first, last)
+        lines = projections().ledger(table_id, first, last, ledger_operator())
         return {
             "table_id": table_id,
             "first": first,

@@ -18,6 +18,7 @@ from typing import Any, Final
 import flask
 import marshmallow as ma
 from webargs.flaskparser import FlaskParser
+from werkzeug.datastructures import MultiDict
 
 from domain.limits import TableLimits
 from domain.outcome import Spot
@@ -49,7 +50,8 @@ from domain.table import (
 from domain.wallet import MAX_AMOUNT
 from service.application.appends import Receipt
 from service.application.streams import table_stream
-from service.web.api import Blueprint
+from service.web.api import OPERATOR_PARAMETER, Blueprint
+from service.web.operators import player_field
 from service.web.problems import FieldError, Problem
 
 ID_PATTERN: Final = r"^[A-Za-z0-9_.-]{1,64}$"
@@ -74,6 +76,12 @@ class StrictJsonParser(FlaskParser):
     reach the view's caller as a 500.
     """
 
+    def load_querystring(self, req: flask.Request, schema: ma.Schema) -> Any:
+        """The query's arguments, less `operator`: service.web.operators reads that one."""
+        args = MultiDict(req.args)
+        args.poplist(OPERATOR_PARAMETER)
+        return self._makeproxy(args, schema)
+
     def _raw_load_json(self, req: flask.Request) -> Any:
         try:
             return super()._raw_load_json(req)
@@ -96,7 +104,9 @@ def resource(name: str, import_name: str, url_prefix: str, description: str) -> 
 
 def checked_id(name: str, value: str) -> str:
     """A path's table or player id if it matches ID_PATTERN, else a 422 naming the parameter."""
-    if _ID.fullmatch(value) is None:
+    # A path's player id is a player key by now (service.web.operators): its id is checked.
+    checked = value.rpartition("/")[2] if name == "player_id" else value
+    if _ID.fullmatch(checked) is None:
         raise Problem(
             422,
             "validation-failed",
@@ -158,7 +168,7 @@ def reason_field(description: str) -> ma.fields.String:
 class PlayerSchema(ma.Schema):
     """A body naming only the player who acts."""
 
-    player_id = id_field("The player who acts.")
+    player_id = player_field("The player who acts.")
 
 
 class PageQuerySchema(ma.Schema):

@@ -9,13 +9,13 @@ from domain.table import MAX_SEATS
 from service.application.keys import Role
 from service.web.api import actor, container
 from service.web.auth import roles
+from service.web.operators import player_field
 from service.web.resources.schemas import (
     PLAYER_ID_PARAMETER,
     TABLE_ID_PARAMETER,
     TableAction,
     TableActionSchema,
     checked_id,
-    id_field,
     resource,
     table_action,
 )
@@ -26,7 +26,7 @@ blp = resource("seats", __name__, "/tables", "Seats: sit down and leave.")
 class SitDownSchema(ma.Schema):
     """A player taking a seat."""
 
-    player_id = id_field("The player who sits down.")
+    player_id = player_field("The player who sits down.")
     seat = ma.fields.Integer(
         strict=True,
         required=True,
