@@ -7,8 +7,8 @@ for a player that nobody has, with nothing appended and no balance moved.
 """
 
 import re
-from datetime import UTC, datetime, timedelta
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -93,13 +93,13 @@ class Casinos:
 
 
 @pytest.fixture
-def casinos(app_pool: Pool) -> Iterator[Casinos]:
+def casinos(app_pool: Pool) -> Casinos:
     world = Casinos(app_pool)
     world.api.create_table(TABLE)
     world.fund(A, "alice", 10_000)
     world.fund(B, "alice", 20_000)
     world.fund(B, "bob", 30_000)
-    yield world
+    return world
 
 
 def test_two_casinos_each_play_their_own_alice_at_one_table(casinos: Casinos) -> None:
