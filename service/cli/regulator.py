@@ -9,7 +9,6 @@ import orjson
 from events.postgres import PostgresEventStore, open_pool
 from service.embedded import database_url
 from service.regulator.export import build_export, write_lines
-from service.regulator.verification import verify_file
 from service.runtime.settings import Settings
 
 
@@ -46,22 +45,25 @@ def export(table_id: str, start: datetime, end: datetime, output: str) -> None:
     click.echo(f"wrote {count} lines to {output}", err=True)
 
 
-@click.command("verify")
-@click.argument("path", type=click.Path(exists=True, dir_okay=False))
-def verify(path: str) -> None:
-    """Check an export offline; exit 1 naming each discrepancy."""
-    report = verify_file(path)
-    for discrepancy in report.discrepancies:
-        click.echo(str(discrepancy))
-    summary = (
-        f"{report.events} events, {report.shoes} shoes ({report.shoes_unrevealed} not yet "
-        f"revealed), {report.rounds} coups, {report.cards} cards, {report.settlements} "
-        f"settlements, {report.wallets} wallets"
-    )
-    if not report.ok:
-        click.echo(f"FAILED: {len(report.discrepancies)} discrepancies in {summary}")
-        raise click.exceptions.Exit(1)
-    click.echo(f"OK: {summary}")
+@click.command(
+    "verify",
+    context_settings={"ignore_unknown_options": True, "help_option_names": []},
+    add_help_option=False,
+)
+@click.argument("arguments", nargs=-1, type=click.UNPROCESSED)
+def verify(arguments: tuple[str, ...]) -> None:
+    """Check an export offline with the independent verifier (`shoebox verify --help`).
+
+    The same code as the `shoebox-verify` command of the separate distribution in verifier/,
+    which shares nothing with this server: a regulator can run it without Shoebox installed.
+    """
+    try:
+        from shoebox_verify.cli import main as shoebox_verify
+    except ImportError as error:
+        raise click.ClickException(
+            "the verifier is not installed: `pip install ./verifier` (make test installs it)"
+        ) from error
+    raise click.exceptions.Exit(shoebox_verify(list(arguments)))
 
 
 @click.command("recover")

@@ -12,7 +12,7 @@ import random
 import secrets
 
 import pytest
-from shoebox_verify import rules
+import shoebox_verify.rules as rules
 from shoebox_verify.shoe import commitment, shuffle
 
 from domain.cards import CARD_CODES, unshuffled_shoe

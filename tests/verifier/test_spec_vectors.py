@@ -6,9 +6,9 @@ import hashlib
 import json
 
 import pytest
+import shoebox_verify.rules as rules
 from hypothesis import given
 from hypothesis import strategies as st
-from shoebox_verify import rules
 from shoebox_verify.shoe import ByteStream, commitment, shuffle
 from shoebox_verify.strictjson import (
     BadJsonError,
