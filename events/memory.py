@@ -119,6 +119,13 @@ class InMemoryEventStore(EventStore):
         with self._lock:
             return len(self._log)
 
+    def last_of_stream(self, stream_id: str, *, upcast: bool = True) -> RecordedEvent | None:
+        """A stream's last event, or None for an empty stream."""
+        with self._lock:
+            events = self._streams.get(stream_id, [])[-1:]
+        events = self._upcast(events) if upcast else events
+        return events[0] if events else None
+
     def idempotency_record(self, key: str) -> IdempotencyRecord | None:
         """What an idempotency key was used for, or None if no append recorded it."""
         with self._lock:

@@ -77,6 +77,11 @@ _READ_STREAM = (
     " ORDER BY version"
 )
 _HEAD = "SELECT coalesce(max(position), 0) FROM events"
+# Through the primary key (stream_id, version), backwards: one row however long the stream.
+_LAST_OF_STREAM = (
+    "SELECT " + EVENT_COLUMNS + " FROM events WHERE stream_id = %s"  # noqa: S608
+    " ORDER BY version DESC LIMIT 1"
+)
 _FIND_RECORD = """
 SELECT k.fingerprint, k.result, r.response
 FROM idempotency_keys AS k LEFT JOIN idempotency_responses AS r USING (key)
@@ -423,6 +428,12 @@ class PostgresEventStore(EventStore):
             row = conn.execute(_HEAD).fetchone()
         assert row is not None
         return int(row[0])
+
+    def last_of_stream(self, stream_id: str, *, upcast: bool = True) -> RecordedEvent | None:
+        """A stream's last event, or None for an empty stream."""
+        events = self._read(_LAST_OF_STREAM, [stream_id])
+        events = self._upcast(events) if upcast else events
+        return events[0] if events else None
 
     def idempotency_record(self, key: str) -> IdempotencyRecord | None:
         """What an idempotency key was used for, or None if no append recorded it."""

@@ -245,6 +245,10 @@ class EventStore(ABC):
         """The position of the last event in the log (0 when it is empty)."""
 
     @abstractmethod
+    def last_of_stream(self, stream_id: str, *, upcast: bool = True) -> RecordedEvent | None:
+        """A stream's last event, or None for an empty stream; as cheap for a long stream."""
+
+    @abstractmethod
     def idempotency_record(self, key: str) -> IdempotencyRecord | None:
         """What an idempotency key was used for, or None if no append recorded it."""
 

@@ -1,14 +1,17 @@
 """Commands for the audit concern of the `shoebox` CLI."""
 
+import getpass
+import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 import click
 import psycopg
 
 from events.canonical import ChainBreak, verify_rows
 from events.postgres import READ_AHEAD, Pool, PostgresEventStore, open_pool
-from events.store import GENESIS_HASH
+from events.store import GENESIS_HASH, utc_now
 from service.embedded import database_url
 from service.runtime.settings import Settings
 
@@ -80,6 +83,41 @@ def verify(from_position: int, batch_size: int) -> None:
             f"OK: {count} events verified, positions {from_position}..{last.position},"
             f" head hash {last.hash}"
         )
+
+
+@audit.command("checkpoint")
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    default=None,
+    help="Also append the checkpoint to this file (SHOEBOX_CHECKPOINT_FILE otherwise).",
+)
+def checkpoint(out: Path | None) -> None:
+    """Sign the log's head now, record it in the log, and print it as a JSON line."""
+    from service.application.actor import Actor
+    from service.application.checkpoints import CheckpointError, document
+    from service.runtime.signing import checkpoint_service, publish
+
+    settings = Settings.from_env()
+    if out is not None:
+        settings = replace(settings, checkpoint_file=out)
+    try:
+        with database_url(settings) as url, open_pool(url, max_size=1) as pool:
+            service = checkpoint_service(settings, PostgresEventStore(pool), utc_now)
+            if service is None:
+                raise click.ClickException(
+                    "no signing key: set SHOEBOX_SIGNING_KEY_FILE"
+                    " (make one with `shoebox keys signing-key create --out FILE`)"
+                )
+            signed = service.sign_head(Actor(f"cli:{getpass.getuser()}", "cli"))
+    except CheckpointError as error:
+        raise click.ClickException(str(error)) from error
+    except psycopg.OperationalError as error:
+        raise AuditUnavailable(f"cannot reach the database: {error}") from error
+    if signed is None:
+        raise click.ClickException("the log is empty: there is no head to sign")
+    publish(settings, signed)
+    click.echo(json.dumps(document(signed), sort_keys=True, separators=(",", ":")))
 
 
 def _hash_before(pool: Pool, position: int) -> str:

@@ -4,6 +4,7 @@ import getpass
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
+from pathlib import Path
 
 import click
 import psycopg
@@ -88,6 +89,36 @@ def revoke(key_id: str, reason: str) -> None:
     except ValueError as error:
         raise click.BadParameter(str(error), param_hint="--reason") from error
     click.echo(f"revoked {key.key_id} ({key.name}, {key.role.value})")
+
+
+@keys.group("signing-key")
+def signing_key() -> None:
+    """The Ed25519 key that signs checkpoints of the log (docs/verification.md)."""
+
+
+@signing_key.command("create")
+@click.option(
+    "--out",
+    "out",
+    required=True,
+    type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    help="The new key file; it must not exist. Keep it off the database's machine.",
+)
+def create_signing_key(out: Path) -> None:
+    """Make a signing key in a file only its owner can read; print its public key and id."""
+    from service.application.checkpoints import SigningKey
+    from service.runtime.signing import write_key_file
+
+    key = SigningKey.generate()
+    try:
+        write_key_file(out, key)
+    except FileExistsError as error:
+        raise click.BadParameter(
+            f"{out} exists; a key is never overwritten", param_hint="--out"
+        ) from error
+    click.echo(f"wrote {out} (mode 0600); point SHOEBOX_SIGNING_KEY_FILE at it", err=True)
+    click.echo(f"public key: {key.public_key}")
+    click.echo(f"key id:     {key.key_id}")
 
 
 @keys.command("list")

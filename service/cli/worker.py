@@ -29,6 +29,7 @@ def worker(queue_name: str | None, burst: bool) -> None:
 
     from service.runtime import jobs
     from service.runtime.scheduler import WINDOW_QUEUE
+    from service.runtime.signing import signing_keys
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     settings = Settings.from_env()
@@ -45,6 +46,9 @@ def worker(queue_name: str | None, burst: bool) -> None:
         rq_worker = SimpleWorker([queue], connection=connection, serializer=JSONSerializer)
         # Interrupted rounds are looked for now and then every minute (service/recovery.py).
         jobs.schedule_recovery(queue, timedelta(0))
+        # The log's head is signed every minute that saw appends, if a signing key is set.
+        if signing_keys(settings) is not None:
+            jobs.schedule_checkpoints(queue, timedelta(0))
         click.echo(f"worker serving queue {queue.name!r} on {queue_url}", err=True)
         rq_worker.work(burst=burst, with_scheduler=True, logging_level="INFO")
 

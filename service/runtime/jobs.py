@@ -11,12 +11,15 @@ from __future__ import annotations
 import atexit
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Final
 
 from events.postgres import Pool, PostgresEventStore, app_conninfo, open_pool
 from events.store import utc_now
+from service.application.actor import Actor
+from service.application.checkpoints import CheckpointService
 from service.application.errors import NotFound
 from service.application.game.recovery import recover
 from service.application.game.tables import GameService, WindowScheduler
@@ -24,6 +27,7 @@ from service.application.read_models import projector
 from service.runtime.failpoints import deal_append_hook
 from service.runtime.scheduler import WINDOW_QUEUE, RqWindowScheduler
 from service.runtime.settings import Settings, SettingsError
+from service.runtime.signing import checkpoint_service, publish
 
 if TYPE_CHECKING:
     from rq import Queue
@@ -31,6 +35,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 RECOVERY_INTERVAL: Final = timedelta(seconds=60)
+CHECKPOINT_INTERVAL: Final = timedelta(seconds=60)
+CHECKPOINTER: Final = Actor("checkpointer", "system")
+"""The actor of the CheckpointSigned events the periodic job appends."""
 
 # One job at a time per worker process. A window job needs one connection (and a spare for a
 # slow release); a rebuild needs four: its lock, its writes and two read-ahead readers.
@@ -46,6 +53,8 @@ class _Services:
     store: PostgresEventStore
     games: GameService
     pool: Pool
+    settings: Settings
+    checkpoints: CheckpointService | None
 
 
 _lock = threading.Lock()
@@ -105,13 +114,7 @@ def recover_interrupted_rounds() -> str:
     try:
         recovered = recover(services.store, services.games, utc_now)
     finally:
-        from rq import Queue, get_current_job
-        from rq.serializers import JSONSerializer
-
-        job = get_current_job()
-        if job is not None:
-            queue = Queue(job.origin, connection=job.connection, serializer=JSONSerializer)
-            schedule_recovery(queue, RECOVERY_INTERVAL)
+        _reschedule(schedule_recovery, RECOVERY_INTERVAL)
     for outcome in recovered:
         log.warning(
             "recovered round %s at table %s: %s", outcome.round_id, outcome.table_id, outcome.action
@@ -119,19 +122,60 @@ def recover_interrupted_rounds() -> str:
     return f"recovered {len(recovered)} round(s)"
 
 
-def schedule_recovery(queue: Queue, delay: timedelta = RECOVERY_INTERVAL) -> None:
-    """Schedule the recovery job once per interval, whichever worker asks first."""
+def sign_checkpoint() -> str:
+    """The periodic job: sign the log's head if anything but a checkpoint was appended since.
+
+    Safe to run any number of times, by several workers: the checkpoint stream's expected
+    version lets one of two racing runs append, and the other fails and is retried.
+    """
+    services = _built()
+    try:
+        if services.checkpoints is None:
+            return "no signing key"
+        checkpoint = services.checkpoints.sign_if_due(CHECKPOINTER)
+    finally:
+        _reschedule(schedule_checkpoints, CHECKPOINT_INTERVAL)
+    if checkpoint is None:
+        return "nothing new to sign"
+    publish(services.settings, checkpoint)
+    log.info("signed checkpoint at position %d", checkpoint.position)
+    return f"signed position {checkpoint.position}"
+
+
+def schedule_checkpoints(queue: Queue, delay: timedelta = CHECKPOINT_INTERVAL) -> None:
+    """Schedule the checkpoint job once per interval, whichever worker asks first."""
+    _schedule_once(queue, delay, CHECKPOINT_INTERVAL, sign_checkpoint, "shoebox-checkpoint")
+
+
+def _reschedule(schedule: Callable[[Queue, timedelta], None], delay: timedelta) -> None:
+    from rq import Queue, get_current_job
+    from rq.serializers import JSONSerializer
+
+    job = get_current_job()
+    if job is not None:
+        schedule(Queue(job.origin, connection=job.connection, serializer=JSONSerializer), delay)
+
+
+def _schedule_once(
+    queue: Queue,
+    delay: timedelta,
+    interval: timedelta,
+    job: Callable[[], str],
+    prefix: str,
+) -> None:
     from rq import Retry
 
     # One id per interval slot: workers starting together, or a run rescheduling itself,
     # cannot pile up copies of the job.
-    slot = int((utc_now() + delay).timestamp() // RECOVERY_INTERVAL.total_seconds())
+    slot = int((utc_now() + delay).timestamp() // interval.total_seconds())
     queue.enqueue_in(
-        delay,
-        recover_interrupted_rounds,
-        job_id=f"shoebox-recovery-{slot}",
-        retry=Retry(max=3, interval=[5, 15, 30]),
+        delay, job, job_id=f"{prefix}-{slot}", retry=Retry(max=3, interval=[5, 15, 30])
     )
+
+
+def schedule_recovery(queue: Queue, delay: timedelta = RECOVERY_INTERVAL) -> None:
+    """Schedule the recovery job once per interval, whichever worker asks first."""
+    _schedule_once(queue, delay, RECOVERY_INTERVAL, recover_interrupted_rounds, "shoebox-recovery")
 
 
 def _built() -> _Services:
@@ -160,7 +204,13 @@ def _build(settings: Settings, queue_name: str) -> _Services:
     )
     store = PostgresEventStore(pool, utc_now)
     games = GameService(store, utc_now, scheduler, before_deal_append=deal_append_hook())
-    return _Services(store=store, games=games, pool=pool)
+    return _Services(
+        store=store,
+        games=games,
+        pool=pool,
+        settings=settings,
+        checkpoints=checkpoint_service(settings, store, utc_now),
+    )
 
 
 def reset() -> None:

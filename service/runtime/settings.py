@@ -30,6 +30,15 @@ class Settings:
     embedded_redis_port: int | None = None
     api_host: str = DEFAULT_API_HOST
     api_port: int = DEFAULT_API_PORT
+    # The checkpoint signing key: a file holding its 64 hex characters, or the hex itself.
+    # Never in the database (docs/operations.md). None means no checkpoints are signed.
+    signing_key_file: Path | None = None
+    signing_key: str | None = None
+    # The key used before a rotation, to endorse the new one in its first checkpoint.
+    previous_signing_key_file: Path | None = None
+    previous_signing_key: str | None = None
+    # Where each checkpoint is also appended as a JSON line, e.g. a regulator's mount.
+    checkpoint_file: Path | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> Self:
@@ -37,6 +46,10 @@ class Settings:
 
         def text(name: str) -> str | None:
             return environ.get(name) or None
+
+        def path(name: str) -> Path | None:
+            value = text(name)
+            return None if value is None else Path(value)
 
         def port(name: str) -> int | None:
             value = text(name)
@@ -55,4 +68,9 @@ class Settings:
             embedded_redis_port=port("SHOEBOX_REDIS_PORT"),
             api_host=text("SHOEBOX_API_HOST") or DEFAULT_API_HOST,
             api_port=port("SHOEBOX_API_PORT") or DEFAULT_API_PORT,
+            signing_key_file=path("SHOEBOX_SIGNING_KEY_FILE"),
+            signing_key=text("SHOEBOX_SIGNING_KEY"),
+            previous_signing_key_file=path("SHOEBOX_PREVIOUS_SIGNING_KEY_FILE"),
+            previous_signing_key=text("SHOEBOX_PREVIOUS_SIGNING_KEY"),
+            checkpoint_file=path("SHOEBOX_CHECKPOINT_FILE"),
         )

@@ -134,6 +134,14 @@ class EventStoreContract:
         assert [e.version for e in events] == [2, 3]
         assert [e.payload["stake"] for e in events] == [2, 3]
 
+    def test_last_of_stream_is_its_newest_event_or_none(self, store: EventStore) -> None:
+        assert store.last_of_stream("wallet:alice") is None
+        store.append(one("wallet:alice", 0, bet(1), bet(2)), DEALER)
+        store.append(one("wallet:bob", 0, bet(3)), DEALER)
+        last = store.last_of_stream("wallet:alice")
+        assert last is not None
+        assert (last.version, last.position, last.payload["stake"]) == (2, 2, 2)
+
     def test_read_all_returns_events_after_the_position_in_batches(self, store: EventStore) -> None:
         store.append(one("wallet:alice", 0, *(bet(n) for n in range(1, 8))), DEALER)
         first = store.read_all(from_position=0, limit=3)

@@ -1,0 +1,224 @@
+"""Signed checkpoints: the log's head, signed with a key the database never holds.
+
+A hash chain shows an edit, but not a log rewritten (and rehashed) from the edit onwards, nor
+a tail cut off. A checkpoint is `(position, head hash, time)` signed with Ed25519; once a
+regulator keeps one, a log or export that does not reproduce it fails verification, however
+well its chain was recomputed. The format and its test vectors are in docs/verification.md;
+this module is the service's own implementation of it, shared with no verifier.
+
+Rotation: the first checkpoint under a new key also carries the previous key's signature of
+the same message, so a verifier that trusts the old key learns the new one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Final
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+    Ed25519PrivateKey,
+    Ed25519PublicKey,
+)
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+from domain.audit import CheckpointSigned
+from domain.payloads import from_payload, to_payload
+from events.canonical import canonical_json, format_timestamp
+from events.store import EventStore, NewEvent, RecordedEvent, StreamAppend, to_utc
+from service.application.actor import Actor
+
+FORMAT: Final = "shoebox-checkpoint/1"
+STREAM: Final = "audit:checkpoints"
+SEED_BYTES: Final = 32
+
+
+class CheckpointError(Exception):
+    """A checkpoint that cannot be made or does not verify."""
+
+
+@dataclass(frozen=True, slots=True)
+class SigningKey:
+    """An Ed25519 key, loaded from a 32-byte seed that lives in a file or the environment."""
+
+    private: Ed25519PrivateKey
+
+    @classmethod
+    def from_seed(cls, seed: bytes) -> SigningKey:
+        """The key whose RFC 8032 private seed is `seed`."""
+        if len(seed) != SEED_BYTES:
+            raise CheckpointError(f"a signing key is {SEED_BYTES} bytes, not {len(seed)}")
+        return cls(Ed25519PrivateKey.from_private_bytes(seed))
+
+    @classmethod
+    def from_hex(cls, text: str) -> SigningKey:
+        """The key written as 64 hex characters, as `shoebox keys signing-key create` writes."""
+        try:
+            seed = bytes.fromhex(text.strip())
+        except ValueError as error:
+            raise CheckpointError("a signing key file holds 64 hexadecimal characters") from error
+        return cls.from_seed(seed)
+
+    @classmethod
+    def generate(cls) -> SigningKey:
+        """A fresh key from the operating system's CSPRNG."""
+        return cls(Ed25519PrivateKey.generate())
+
+    def seed_hex(self) -> str:
+        """The private seed as hex: what a key file holds."""
+        from cryptography.hazmat.primitives.serialization import NoEncryption, PrivateFormat
+
+        raw = self.private.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
+        return raw.hex()
+
+    @property
+    def public_key(self) -> str:
+        """The raw 32-byte public key as hex."""
+        return public_key_hex(self.private.public_key())
+
+    @property
+    def key_id(self) -> str:
+        """SHA-256 of the raw public key, as hex."""
+        return key_id(self.public_key)
+
+    def sign(self, message: bytes) -> str:
+        """The signature of `message`, as hex."""
+        return self.private.sign(message).hex()
+
+
+def public_key_hex(key: Ed25519PublicKey) -> str:
+    """A public key's raw bytes as hex."""
+    return key.public_bytes(Encoding.Raw, PublicFormat.Raw).hex()
+
+
+def key_id(public_key: str) -> str:
+    """The id of a public key given as hex: the SHA-256 of its raw bytes."""
+    return hashlib.sha256(bytes.fromhex(public_key)).hexdigest()
+
+
+def message(position: int, head_hash: str, signer_id: str, recorded_at: str) -> bytes:
+    """The bytes a checkpoint's signatures sign (docs/verification.md)."""
+    return canonical_json(
+        {
+            "format": FORMAT,
+            "head_hash": head_hash,
+            "key_id": signer_id,
+            "position": position,
+            "recorded_at": recorded_at,
+        }
+    )
+
+
+def document(checkpoint: CheckpointSigned) -> dict[str, object]:
+    """A checkpoint as a line of a checkpoint file or an export."""
+    return {"kind": "checkpoint", **asdict(checkpoint)}
+
+
+def verify_signatures(checkpoint: CheckpointSigned, previous: str | None = None) -> None:
+    """Raise CheckpointError unless the checkpoint is signed by its key (and `previous`).
+
+    `previous`, a public key as hex, is the key the log used before: its endorsement of a
+    new key is checked when the checkpoint carries one.
+    """
+    if checkpoint.format != FORMAT:
+        raise CheckpointError(f"unknown checkpoint format {checkpoint.format!r}")
+    if key_id(checkpoint.public_key) != checkpoint.key_id:
+        raise CheckpointError(f"key id {checkpoint.key_id} is not the public key's")
+    signed = message(
+        checkpoint.position, checkpoint.head_hash, checkpoint.key_id, checkpoint.recorded_at
+    )
+    _check(checkpoint.public_key, checkpoint.signature, signed, "signature")
+    if previous is not None and checkpoint.key_id != key_id(previous):
+        if checkpoint.previous_key_signature is None:
+            raise CheckpointError(
+                f"checkpoint at {checkpoint.position} changes key without the old key's signature"
+            )
+        _check(previous, checkpoint.previous_key_signature, signed, "previous key's signature")
+
+
+def _check(public_key: str, signature: str, signed: bytes, what: str) -> None:
+    try:
+        Ed25519PublicKey.from_public_bytes(bytes.fromhex(public_key)).verify(
+            bytes.fromhex(signature), signed
+        )
+    except (InvalidSignature, ValueError) as error:
+        raise CheckpointError(f"the {what} does not verify") from error
+
+
+def from_recorded(event: RecordedEvent) -> CheckpointSigned:
+    """The checkpoint a CheckpointSigned event of the log records."""
+    return from_payload(CheckpointSigned, event.payload)
+
+
+class CheckpointService:
+    """Signs the log's head and records the checkpoint in the log itself."""
+
+    def __init__(
+        self,
+        store: EventStore,
+        clock: Callable[[], datetime],
+        key: SigningKey,
+        previous: SigningKey | None = None,
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self._key = key
+        self._previous = previous
+
+    def sign_head(self, actor: Actor) -> CheckpointSigned | None:
+        """Sign the head now and append the checkpoint; None while the log is empty."""
+        head = self._head()
+        if head is None:
+            return None
+        return self._sign(head, actor)
+
+    def sign_if_due(self, actor: Actor) -> CheckpointSigned | None:
+        """Sign the head unless nothing but a checkpoint was appended since the last one."""
+        head = self._head()
+        if head is None or head.type == CheckpointSigned.type:
+            return None
+        return self._sign(head, actor)
+
+    def latest(self) -> CheckpointSigned | None:
+        """The log's last checkpoint, if any."""
+        last = self._store.last_of_stream(STREAM)
+        return None if last is None else from_recorded(last)
+
+    def _head(self) -> RecordedEvent | None:
+        head = self._store.head()
+        if head == 0:
+            return None
+        (event,) = self._store.read_all(head - 1, 1, upcast=False)
+        return event
+
+    def _sign(self, head: RecordedEvent, actor: Actor) -> CheckpointSigned:
+        last = self._store.last_of_stream(STREAM)
+        recorded_at = format_timestamp(to_utc(self._clock()))
+        signed = message(head.position, head.hash, self._key.key_id, recorded_at)
+        endorsement: str | None = None
+        if last is not None:
+            earlier = from_recorded(last)
+            if earlier.key_id != self._key.key_id:
+                if self._previous is None or self._previous.key_id != earlier.key_id:
+                    raise CheckpointError(
+                        f"the last checkpoint was signed by key {earlier.key_id}; give that key"
+                        " as the previous signing key so that it endorses the new one"
+                    )
+                endorsement = self._previous.sign(signed)
+        checkpoint = CheckpointSigned(
+            format=FORMAT,
+            position=head.position,
+            head_hash=head.hash,
+            recorded_at=recorded_at,
+            key_id=self._key.key_id,
+            public_key=self._key.public_key,
+            signature=self._key.sign(signed),
+            previous_key_signature=endorsement,
+        )
+        version = 0 if last is None else last.version
+        event = NewEvent(CheckpointSigned.type, to_payload(checkpoint))  # type: ignore[arg-type]
+        self._store.append([StreamAppend(STREAM, version, [event])], actor.metadata())
+        return checkpoint
