@@ -20,11 +20,13 @@ from flask.views import MethodView
 from events.canonical import format_timestamp
 from events.store import EventStore, RecordedEvent
 from service.application.keys import Role
-from service.web.api import container
+from service.web.api import Blueprint, container
 from service.web.auth import roles
-from service.web.resources.schemas import DEFAULT_PAGE, MAX_PAGE, resource
+from service.web.fields import DEFAULT_PAGE, MAX_PAGE
 
-blp = resource("audit", __name__, "/audit", "Audit: the significant-event log.")
+blp = Blueprint(
+    "audit", __name__, url_prefix="/audit", description="Audit: the significant-event log."
+)
 
 SIGNIFICANT_TYPES: Final[dict[str, str]] = {
     "TableCreated": "operator",

@@ -12,22 +12,26 @@ from flask.views import MethodView
 
 from domain.outcome import Spot
 from service.application.keys import Role
-from service.web.api import actor, container
+from service.web.api import Blueprint, actor, container
 from service.web.auth import roles
-from service.web.resources.schemas import (
+from service.web.fields import (
     PLAYER_ID_PARAMETER,
     TABLE_ID_PARAMETER,
-    PlayerSchema,
-    TableAction,
-    TableActionSchema,
     checked_id,
     id_field,
     pence_field,
-    resource,
-    table_action,
+)
+from service.web.table_actions import TableAction, TableActionSchema, table_action
+
+blp = Blueprint(
+    "bets", __name__, url_prefix="/tables", description="Betting: bets, rebet, Deal and Pass."
 )
 
-blp = resource("bets", __name__, "/tables", "Betting: bets, rebet, Deal and Pass.")
+
+class PlayerSchema(ma.Schema):
+    """A body naming only the player who acts."""
+
+    player_id = id_field("The player who acts.")
 
 
 class NewBetSchema(ma.Schema):

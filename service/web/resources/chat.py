@@ -15,23 +15,22 @@ from domain.chat import MAX_MESSAGE_LENGTH, MessagePosted
 from service.application.chat import ChatMessage
 from service.application.keys import Role
 from service.application.streams import chat_stream
-from service.web.api import actor, container
+from service.web.api import Blueprint, actor, container
 from service.web.auth import READERS, roles
-from service.web.resources.schemas import (
+from service.web.fields import (
     DEFAULT_PAGE,
     PLAYER_ID_PARAMETER,
     TABLE_ID_PARAMETER,
     PageQuerySchema,
-    TableAction,
-    TableActionSchema,
     checked_id,
     id_field,
     reason_field,
-    resource,
-    table_action,
 )
+from service.web.table_actions import TableAction, TableActionSchema, table_action
 
-blp = resource("chat", __name__, "/tables", "Chat at a table, and its moderation.")
+blp = Blueprint(
+    "chat", __name__, url_prefix="/tables", description="Chat at a table, and its moderation."
+)
 
 
 class NewMessageSchema(ma.Schema):

@@ -7,12 +7,17 @@ import marshmallow as ma
 from flask.views import MethodView
 
 from service.application.read_models.queries import LedgerLine
-from service.web.api import container, projections
+from service.web.api import Blueprint, container, projections
 from service.web.auth import OVERSIGHT, roles
+from service.web.fields import TABLE_ID_PARAMETER, checked_id
 from service.web.problems import Problem
-from service.web.resources.schemas import TABLE_ID_PARAMETER, checked_id, resource
 
-blp = resource("ledger", __name__, "/tables", "The house ledger: wagered, paid out, hold, RTP.")
+blp = Blueprint(
+    "ledger",
+    __name__,
+    url_prefix="/tables",
+    description="The house ledger: wagered, paid out, hold, RTP.",
+)
 
 # The house's books are for the operator and the regulator, not the players' front end.
 MAX_DAYS = 366

@@ -17,12 +17,17 @@ from domain.table import (
 from service.application.appends import Receipt
 from service.application.keys import Role
 from service.application.malfunctions import MalfunctionService, Scope
-from service.web.api import actor, container
+from service.web.api import Blueprint, actor, container
 from service.web.auth import roles
+from service.web.fields import TABLE_ID_PARAMETER, checked_id, reason_field
 from service.web.problems import Problem
-from service.web.resources.schemas import TABLE_ID_PARAMETER, checked_id, reason_field, resource
 
-blp = resource("malfunctions", __name__, "/tables", "Malfunctions: voids and suspensions.")
+blp = Blueprint(
+    "malfunctions",
+    __name__,
+    url_prefix="/tables",
+    description="Malfunctions: voids and suspensions.",
+)
 
 
 class MalfunctionSchema(ma.Schema):

@@ -13,20 +13,15 @@ from flask.views import MethodView
 from domain.player_limits import LimitChangedThisWeek, PlayerLimit
 from service.application.keys import Role
 from service.application.players import RoundHistory
-from service.web.api import actor, container, projections
+from service.web.api import Blueprint, actor, container, projections
 from service.web.auth import READERS, roles
+from service.web.fields import PLAYER_ID_PARAMETER, PageQuerySchema, checked_id, pence_field
 from service.web.problems import domain_problem
-from service.web.resources.schemas import (
-    PLAYER_ID_PARAMETER,
-    BetEntrySchema,
-    DealtCardSchema,
-    PageQuerySchema,
-    checked_id,
-    pence_field,
-    resource,
-)
+from service.web.table_actions import BetEntrySchema, DealtCardSchema
 
-blp = resource("players", __name__, "/players", "Players: own bet limit, round history.")
+blp = Blueprint(
+    "players", __name__, url_prefix="/players", description="Players: own bet limit, round history."
+)
 
 DEFAULT_ROUNDS = 20
 

@@ -11,12 +11,13 @@ from flask.views import MethodView
 
 from service.application.keys import Role
 from service.regulator.replay import NotInLogError, round_replay
-from service.web.api import container
+from service.web.api import Blueprint, container
 from service.web.auth import roles
 from service.web.problems import Problem
-from service.web.resources.schemas import resource
 
-blp = resource("replays", __name__, "", "Round replays for regulators and ops.")
+blp = Blueprint(
+    "replays", __name__, url_prefix="", description="Round replays for regulators and ops."
+)
 
 MAX_ROUND_ID = 80
 ROUND_ID_PARAMETER = {

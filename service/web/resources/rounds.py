@@ -6,19 +6,23 @@ import marshmallow as ma
 from flask.views import MethodView
 
 from service.application.read_models.queries import RoundRecord
-from service.web.api import projections
+from service.web.api import Blueprint, projections
 from service.web.auth import READERS, roles
-from service.web.problems import Problem
-from service.web.resources.schemas import (
+from service.web.fields import (
     DEFAULT_PAGE,
     TABLE_ID_PARAMETER,
     PageQuerySchema,
     checked_id,
     path_parameter,
-    resource,
 )
+from service.web.problems import Problem
 
-blp = resource("rounds", __name__, "", "Round history: bets, cards, outcome, money, voids.")
+blp = Blueprint(
+    "rounds",
+    __name__,
+    url_prefix="",
+    description="Round history: bets, cards, outcome, money, voids.",
+)
 
 ROUND_ID_PARAMETER = path_parameter("round_id", "The round's id.")
 

@@ -7,20 +7,12 @@ from flask.views import MethodView
 
 from domain.table import MAX_SEATS
 from service.application.keys import Role
-from service.web.api import actor, container
+from service.web.api import Blueprint, actor, container
 from service.web.auth import roles
-from service.web.resources.schemas import (
-    PLAYER_ID_PARAMETER,
-    TABLE_ID_PARAMETER,
-    TableAction,
-    TableActionSchema,
-    checked_id,
-    id_field,
-    resource,
-    table_action,
-)
+from service.web.fields import PLAYER_ID_PARAMETER, TABLE_ID_PARAMETER, checked_id, id_field
+from service.web.table_actions import TableAction, TableActionSchema, table_action
 
-blp = resource("seats", __name__, "/tables", "Seats: sit down and leave.")
+blp = Blueprint("seats", __name__, url_prefix="/tables", description="Seats: sit down and leave.")
 
 
 class SitDownSchema(ma.Schema):

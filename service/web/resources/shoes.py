@@ -9,20 +9,16 @@ from domain.table import ClientSeedRotated
 from service.application.keys import Role
 from service.application.malfunctions import MalfunctionService
 from service.regulator.replay import NotInLogError, ShoeRecord, find_shoe, shoe_view, verify_shoe
-from service.web.api import actor, container
+from service.web.api import Blueprint, actor, container
 from service.web.auth import READERS, roles
+from service.web.fields import TABLE_ID_PARAMETER, checked_id, path_parameter, reason_field
 from service.web.problems import Problem
-from service.web.resources.schemas import (
-    TABLE_ID_PARAMETER,
-    OpenedShoeSchema,
-    checked_id,
-    path_parameter,
-    reason_field,
-    resource,
-)
+from service.web.table_actions import OpenedShoeSchema
 
 # Mounted at the root: shoes live under /shoes, and the next shoe's seed under its table.
-blp = resource("shoes", __name__, "", "Shoes: provably fair records and checks.")
+blp = Blueprint(
+    "shoes", __name__, url_prefix="", description="Shoes: provably fair records and checks."
+)
 
 SHOE_ID_PARAMETER = path_parameter("shoe_id", "The shoe's id.")
 

@@ -6,13 +6,16 @@ import marshmallow as ma
 from flask.views import MethodView
 
 from service.application.read_models.queries import ALL_TIME, CURRENT_SHOE
-from service.web.api import projections
+from service.web.api import Blueprint, projections
 from service.web.auth import READERS, roles
+from service.web.fields import TABLE_ID_PARAMETER, checked_id
 from service.web.problems import Problem
-from service.web.resources.schemas import TABLE_ID_PARAMETER, checked_id, resource
 
-blp = resource(
-    "statistics", __name__, "/tables", "Statistics: each table's roads and counts, read models."
+blp = Blueprint(
+    "statistics",
+    __name__,
+    url_prefix="/tables",
+    description="Statistics: each table's roads and counts, read models.",
 )
 
 

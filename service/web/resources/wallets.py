@@ -15,9 +15,9 @@ from service.application.appends import Receipt
 from service.application.keys import Role
 from service.application.streams import wallet_stream
 from service.application.wallets import Balance, StatementEntry
-from service.web.api import actor, container
+from service.web.api import Blueprint, actor, container
 from service.web.auth import READERS, roles
-from service.web.resources.schemas import (
+from service.web.fields import (
     DEFAULT_PAGE,
     MAX_PENCE,
     PLAYER_ID_PARAMETER,
@@ -25,10 +25,11 @@ from service.web.resources.schemas import (
     checked_id,
     pence_field,
     reason_field,
-    resource,
 )
 
-blp = resource("wallets", __name__, "/wallets", "Wallets: movements by ops, balances.")
+blp = Blueprint(
+    "wallets", __name__, url_prefix="/wallets", description="Wallets: movements by ops, balances."
+)
 
 
 class MovementSchema(ma.Schema):
