@@ -22,6 +22,7 @@ from service.runtime.settings import Settings, SettingsError
 from service.web import idempotency
 from service.web.api import API_PREFIX, EXTENSION, ShoeboxApi, register_blueprints
 from service.web.auth import authenticate_request, check_roles_declared
+from service.web.fields import IdConverter, check_path_ids, id_parameter_schema
 from service.web.problems import Problem, register_problem_handlers
 
 API_TITLE: Final = "Shoebox"
@@ -83,6 +84,13 @@ def create_app(
         atexit.register(pool.close)
 
     app = Flask(__name__, static_folder=None)
+    # Before any rule is added, since each rule takes these when it is bound to the map.
+    # A path variable that names no converter is an id too, so no route takes an unchecked
+    # string by accident.
+    app.url_map.converters["id"] = app.url_map.converters["default"] = IdConverter
+    # Werkzeug would answer `//` in a path, which it merges, with an HTML redirect; the API
+    # answers in problems only, and an empty segment is no resource's path: a 404.
+    app.url_map.merge_slashes = False
     app.config.update(
         MAX_CONTENT_LENGTH=MAX_BODY_BYTES,
         API_TITLE=API_TITLE,
@@ -100,6 +108,7 @@ def create_app(
     app.extensions[EXTENSION] = wire(settings, store, clock, scheduler, pool, projections)
 
     api = ShoeboxApi(app)
+    api.register_converter(IdConverter, id_parameter_schema)
     api.spec.components.security_scheme(
         BEARER_SCHEME, {"type": "http", "scheme": "bearer", "description": "An API key."}
     )
@@ -110,6 +119,7 @@ def create_app(
     # Before the view, in this order; a hook that raises a Problem ends the request.
     app.before_request(_assign_request_id)
     app.before_request(authenticate_request)
+    app.before_request(check_path_ids)
     app.before_request(_check_body)
     app.before_request(idempotency.begin_request)
     app.before_request(_identify_caller)

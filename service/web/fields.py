@@ -2,22 +2,22 @@
 
 Requests are strict: money is an integer number of pence (`fields.Integer(strict=True)`: no
 floats, strings, booleans, NaN or 1e400), capped at the wallet's largest single movement,
-and ids match ID_PATTERN. A resource's own schemas live beside its views.
+and ids follow the one grammar of domain/ids.py, in the body, the query and the path alike.
+A resource's own schemas live beside its views.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any, Final
 
 import marshmallow as ma
+from flask import request
+from werkzeug.routing import BaseConverter
 
+from domain.ids import ID_PATTERN, ID_RULE, is_id
 from domain.wallet import MAX_AMOUNT
 from service.web.problems import FieldError, Problem
 
-ID_PATTERN: Final = r"^[A-Za-z0-9_.-]{1,64}$"
-"""Table and player ids: 1 to 64 letters, digits, `_`, `.` or `-` (safe in a URL and a log)."""
-_ID: Final = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 MAX_PENCE: Final = MAX_AMOUNT
 """The largest amount a request may name, £1bn: anything larger is a typing error."""
 MAX_REASON_LENGTH: Final = 500
@@ -25,27 +25,52 @@ DEFAULT_PAGE: Final = 50
 MAX_PAGE: Final = 500
 
 
-def checked_id(name: str, value: str) -> str:
-    """A path's table or player id if it matches ID_PATTERN, else a 422 naming the parameter."""
-    if _ID.fullmatch(value) is None:
+class MalformedId:
+    """A path segment where an id belongs that does not follow the id grammar."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: str) -> None:
+        self.value = value
+
+
+class IdConverter(BaseConverter):
+    """An id in a URL path, `<id:table_id>`; a variable that names no converter is one too.
+
+    It matches any one segment, so that a malformed id is not the router's 404 for a path that
+    exists: it becomes a MalformedId, which `check_path_ids` answers with a 422 naming the
+    parameter once the caller is authenticated, the same order in which a body is checked.
+    """
+
+    def to_python(self, value: str) -> str | MalformedId:
+        """The id, or a MalformedId for `check_path_ids` to refuse."""
+        return value if is_id(value) else MalformedId(value)
+
+
+def id_parameter_schema(converter: BaseConverter) -> dict[str, Any]:
+    """The OpenAPI schema of an id in the path, for flask-smorest's converter mapping."""
+    return {"type": "string", "pattern": ID_PATTERN}
+
+
+def check_path_ids() -> None:
+    """Before the view: a 422 problem naming every id in the path that breaks the grammar."""
+    malformed = [
+        name for name, value in (request.view_args or {}).items() if isinstance(value, MalformedId)
+    ]
+    if malformed:
         raise Problem(
             422,
             "validation-failed",
-            f"{name}: must be 1 to 64 letters, digits, '_', '.' or '-'.",
-            errors=[FieldError(name, f"Does not match {ID_PATTERN}.", "path")],
+            "; ".join(f"{name}: must be {ID_RULE}." for name in malformed),
+            errors=[
+                FieldError(name, f"Does not match {ID_PATTERN}.", "path") for name in malformed
+            ],
         )
-    return value
 
 
 def path_parameter(name: str, description: str) -> dict[str, Any]:
-    """The OpenAPI description of an id in the path, with its pattern."""
-    return {
-        "in": "path",
-        "name": name,
-        "required": True,
-        "description": description,
-        "schema": {"type": "string", "pattern": ID_PATTERN},
-    }
+    """The OpenAPI description of an id in the path; IdConverter documents its pattern."""
+    return {"in": "path", "name": name, "required": True, "description": description}
 
 
 TABLE_ID_PARAMETER: Final = path_parameter("table_id", "The table's id.")
@@ -53,17 +78,17 @@ PLAYER_ID_PARAMETER: Final = path_parameter("player_id", "The player's id.")
 
 
 def _valid_id(value: str) -> None:
-    # fullmatch, because `$` in a marshmallow Regexp would also accept a trailing newline.
-    if _ID.fullmatch(value) is None:
+    if not is_id(value):
         raise ma.ValidationError(f"Must match {ID_PATTERN}.")
 
 
-def id_field(description: str) -> ma.fields.String:
-    """A required table or player id in a request body."""
+def id_field(description: str, example: str = "alice", **options: Any) -> ma.fields.String:
+    """An id in a request body or query, required unless `options` say otherwise."""
+    options.setdefault("required", True)
     return ma.fields.String(
-        required=True,
         validate=_valid_id,
-        metadata={"description": description, "pattern": ID_PATTERN, "example": "alice"},
+        metadata={"description": description, "pattern": ID_PATTERN, "example": example},
+        **options,
     )
 
 

@@ -22,7 +22,7 @@ from events.store import EventStore, RecordedEvent
 from service.application.keys import Role
 from service.web.api import Blueprint, container
 from service.web.auth import roles
-from service.web.fields import DEFAULT_PAGE, MAX_PAGE
+from service.web.fields import DEFAULT_PAGE, MAX_PAGE, id_field
 
 blp = Blueprint(
     "audit", __name__, url_prefix="/audit", description="Audit: the significant-event log."
@@ -131,7 +131,7 @@ class SignificantQuerySchema(ma.Schema):
 
     type = ma.fields.String(metadata={"description": "Only events of this type."})
     actor = ma.fields.String(metadata={"description": "Only events by this actor."})
-    table_id = ma.fields.String(metadata={"description": "Only events about this table."})
+    table_id = id_field("Only events about this table.", "T1", required=False)
     start = ma.fields.AwareDateTime(
         data_key="from", metadata={"description": "Recorded at or after this instant."}
     )

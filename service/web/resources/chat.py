@@ -22,7 +22,6 @@ from service.web.fields import (
     PLAYER_ID_PARAMETER,
     TABLE_ID_PARAMETER,
     PageQuerySchema,
-    checked_id,
     id_field,
     reason_field,
 )
@@ -80,7 +79,7 @@ def _message(message: ChatMessage) -> dict[str, Any]:
     }
 
 
-@blp.route("/<table_id>/chat", parameters=[TABLE_ID_PARAMETER])
+@blp.route("/<id:table_id>/chat", parameters=[TABLE_ID_PARAMETER])
 class Chat(MethodView):
     """A table's chat."""
 
@@ -89,7 +88,6 @@ class Chat(MethodView):
     @blp.response(200, MessagesSchema)
     def get(self, page: dict[str, Any], table_id: str) -> dict[str, Any]:
         """Read a table's latest messages, oldest first."""
-        table_id = checked_id("table_id", table_id)
         messages = container().chat.recent(table_id, limit=page.get("limit", DEFAULT_PAGE))
         return {"table_id": table_id, "messages": [_message(m) for m in messages]}
 
@@ -98,7 +96,6 @@ class Chat(MethodView):
     @blp.response(201, MessageSchema)
     def post(self, new: dict[str, Any], table_id: str) -> dict[str, Any]:
         """Post a message; refused for players not seated, muted or removed."""
-        table_id = checked_id("table_id", table_id)
         player_id, text = new["player_id"], new["text"]
         receipt = container().chat.post(table_id, player_id, text, actor())
         (posted,) = receipt.events
@@ -113,7 +110,7 @@ class Chat(MethodView):
         }
 
 
-@blp.route("/<table_id>/mutes", parameters=[TABLE_ID_PARAMETER])
+@blp.route("/<id:table_id>/mutes", parameters=[TABLE_ID_PARAMETER])
 class Mutes(MethodView):
     """Players muted in a table's chat."""
 
@@ -122,13 +119,14 @@ class Mutes(MethodView):
     @blp.response(201, TableActionSchema)
     def post(self, mute: dict[str, Any], table_id: str) -> TableAction:
         """Mute a player in a table's chat, saying why."""
-        table_id = checked_id("table_id", table_id)
         player_id = mute["player_id"]
         receipt = container().chat.mute(table_id, player_id, actor(), mute["reason"])
         return table_action(table_id, player_id, receipt)
 
 
-@blp.route("/<table_id>/mutes/<player_id>", parameters=[TABLE_ID_PARAMETER, PLAYER_ID_PARAMETER])
+@blp.route(
+    "/<id:table_id>/mutes/<id:player_id>", parameters=[TABLE_ID_PARAMETER, PLAYER_ID_PARAMETER]
+)
 class Mute(MethodView):
     """A player's mute at a table."""
 
@@ -136,13 +134,11 @@ class Mute(MethodView):
     @blp.response(200, TableActionSchema)
     def delete(self, table_id: str, player_id: str) -> TableAction:
         """Lift a player's mute at a table."""
-        table_id = checked_id("table_id", table_id)
-        player_id = checked_id("player_id", player_id)
         receipt = container().chat.unmute(table_id, player_id, actor())
         return table_action(table_id, player_id, receipt)
 
 
-@blp.route("/<table_id>/removals", parameters=[TABLE_ID_PARAMETER])
+@blp.route("/<id:table_id>/removals", parameters=[TABLE_ID_PARAMETER])
 class Removals(MethodView):
     """Players removed from a table for good."""
 
@@ -151,7 +147,6 @@ class Removals(MethodView):
     @blp.response(201, TableActionSchema)
     def post(self, removal: dict[str, Any], table_id: str) -> TableAction:
         """Remove a player from a table: unseated, unconfirmed bets returned, barred from it."""
-        table_id = checked_id("table_id", table_id)
         player_id = removal["player_id"]
         receipt = container().chat.remove_player(table_id, player_id, removal["reason"], actor())
         return table_action(table_id, player_id, receipt)

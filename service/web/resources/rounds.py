@@ -12,7 +12,6 @@ from service.web.fields import (
     DEFAULT_PAGE,
     TABLE_ID_PARAMETER,
     PageQuerySchema,
-    checked_id,
     path_parameter,
 )
 from service.web.problems import Problem
@@ -128,7 +127,7 @@ def round_document(record: RoundRecord) -> dict[str, Any]:
     }
 
 
-@blp.route("/rounds/<round_id>", parameters=[ROUND_ID_PARAMETER])
+@blp.route("/rounds/<id:round_id>", parameters=[ROUND_ID_PARAMETER])
 class Round(MethodView):
     """One round's history."""
 
@@ -136,14 +135,13 @@ class Round(MethodView):
     @blp.response(200, RoundSchema)
     def get(self, round_id: str) -> dict[str, Any]:
         """Read one round: bets, cards, outcome, payouts, commission, void."""
-        round_id = checked_id("round_id", round_id)
         record = projections().round(round_id)
         if record is None:
             raise Problem(404, "not-found", f"There is no round {round_id}.")
         return round_document(record)
 
 
-@blp.route("/tables/<table_id>/rounds", parameters=[TABLE_ID_PARAMETER])
+@blp.route("/tables/<id:table_id>/rounds", parameters=[TABLE_ID_PARAMETER])
 class TableRounds(MethodView):
     """A table's round history."""
 
@@ -152,7 +150,6 @@ class TableRounds(MethodView):
     @blp.response(200, TableRoundsSchema)
     def get(self, page: dict[str, Any], table_id: str) -> dict[str, Any]:
         """Read a table's latest rounds, newest first."""
-        table_id = checked_id("table_id", table_id)
         limit = page.get("limit", DEFAULT_PAGE)
         records = projections().table_rounds(table_id, limit, page.get("before"))
         return {

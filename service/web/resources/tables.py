@@ -20,7 +20,7 @@ from service.application.game.tables import LiveState
 from service.application.keys import Role
 from service.web.api import Blueprint, actor, container
 from service.web.auth import READERS, roles
-from service.web.fields import MAX_PENCE, TABLE_ID_PARAMETER, checked_id, id_field, pence_field
+from service.web.fields import MAX_PENCE, TABLE_ID_PARAMETER, id_field, pence_field
 
 blp = Blueprint(
     "tables", __name__, url_prefix="/tables", description="Tables: settings and live state."
@@ -60,7 +60,7 @@ def table_settings(table: domain.table.Table) -> dict[str, Any]:
 class NewTableSchema(ma.Schema):
     """A new table's settings."""
 
-    table_id = id_field("The new table's id.")
+    table_id = id_field("The new table's id.", "T1")
     # The defaults are the seed rules' table: 7 seats, 8 decks, £1 minimum, £2,500 maximum.
     seats = ma.fields.Integer(
         strict=True, load_default=MAX_SEATS, validate=ma.validate.Range(min=1, max=MAX_SEATS)
@@ -237,7 +237,7 @@ class Tables(MethodView):
         return table_settings(games.table(table_id)), 201, {"Location": location}
 
 
-@blp.route("/<table_id>", parameters=[TABLE_ID_PARAMETER])
+@blp.route("/<id:table_id>", parameters=[TABLE_ID_PARAMETER])
 class Table(MethodView):
     """One table's settings."""
 
@@ -245,10 +245,10 @@ class Table(MethodView):
     @blp.response(200, TableSchema)
     def get(self, table_id: str) -> dict[str, Any]:
         """Read a table's settings."""
-        return table_settings(container().games.table(checked_id("table_id", table_id)))
+        return table_settings(container().games.table(table_id))
 
 
-@blp.route("/<table_id>/state", parameters=[TABLE_ID_PARAMETER])
+@blp.route("/<id:table_id>/state", parameters=[TABLE_ID_PARAMETER])
 class TableState(MethodView):
     """One table's live state."""
 
@@ -256,4 +256,4 @@ class TableState(MethodView):
     @blp.response(200, LiveStateSchema)
     def get(self, table_id: str) -> dict[str, Any]:
         """Read a table's live state; a lapsed betting window is closed and dealt first."""
-        return live_state(container().games.live_state(checked_id("table_id", table_id)))
+        return live_state(container().games.live_state(table_id))
