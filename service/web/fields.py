@@ -1,13 +1,17 @@
-"""The request fields every resource shares: ids, money, reasons and pages.
+"""The request fields every resource shares: ids, money, free text, days, instants and pages.
 
 Requests are strict: money is an integer number of pence (`fields.Integer(strict=True)`: no
 floats, strings, booleans, NaN or 1e400), capped at the wallet's largest single movement,
-and ids follow the one grammar of domain/ids.py, in the body, the query and the path alike.
+ids follow the one grammar of domain/ids.py, in the body, the query and the path alike,
+free text (reasons, chat) holds no control characters, and days and instants stay within
+the range that can be stored and computed with.
 A resource's own schemas live beside its views.
 """
 
 from __future__ import annotations
 
+import unicodedata
+from datetime import UTC, date, datetime
 from typing import Any, Final
 
 import marshmallow as ma
@@ -21,6 +25,13 @@ from service.web.problems import FieldError, Problem
 MAX_PENCE: Final = MAX_AMOUNT
 """The largest amount a request may name, £1bn: anything larger is a typing error."""
 MAX_REASON_LENGTH: Final = 500
+_TEXT_CONTROLS: Final = frozenset("\t\n")
+# The days and instants a request may name. Nothing happened before 1970 here, and a day
+# short of datetime's own end leaves room to convert any UTC offset and add a day.
+EARLIEST_DAY: Final = date(1970, 1, 1)
+LATEST_DAY: Final = date(9999, 12, 30)
+EARLIEST_INSTANT: Final = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST_INSTANT: Final = datetime(9999, 12, 30, tzinfo=UTC)
 DEFAULT_PAGE: Final = 50
 MAX_PAGE: Final = 500
 
@@ -102,12 +113,68 @@ def pence_field(description: str, *, minimum: int = 1, **options: Any) -> ma.fie
     )
 
 
-def reason_field(description: str) -> ma.fields.String:
-    """A required reason, 1 to 500 characters."""
+def _text_characters(text: str) -> None:
+    for index, character in enumerate(text):
+        if character not in _TEXT_CONTROLS and unicodedata.category(character) in ("Cc", "Cs"):
+            raise ma.ValidationError(
+                f"Character {index + 1} is U+{ord(character):04X}: free text holds no control"
+                " characters but tab and newline, and no lone surrogates."
+            )
+
+
+def free_text_field(
+    description: str, *, max_length: int = MAX_REASON_LENGTH, **options: Any
+) -> ma.fields.String:
+    """Required free text, as people write it: 1 to `max_length` characters, stored as sent.
+
+    Control characters other than tab and newline are refused (NUL, for one, cannot be kept
+    in PostgreSQL's jsonb), and so are lone surrogates, which are not text and cannot be
+    written as UTF-8. Everything else, any script or emoji, is kept exactly.
+    """
+    options.setdefault("required", True)
     return ma.fields.String(
-        required=True,
-        validate=ma.validate.Length(min=1, max=MAX_REASON_LENGTH),
-        metadata={"description": description},
+        validate=[ma.validate.Length(min=1, max=max_length), _text_characters],
+        metadata={
+            "description": f"{description} 1 to {max_length} characters; no control characters"
+            " but tab and newline."
+        },
+        **options,
+    )
+
+
+def reason_field(description: str) -> ma.fields.String:
+    """A required reason: free text of 1 to 500 characters."""
+    return free_text_field(description)
+
+
+def _in_supported_range(value: date) -> None:
+    # A datetime is a date too; compared as instants, so any UTC offset is fine.
+    earliest, latest = (
+        (EARLIEST_INSTANT, LATEST_INSTANT)
+        if isinstance(value, datetime)
+        else (EARLIEST_DAY, LATEST_DAY)
+    )
+    if not earliest <= value <= latest:
+        raise ma.ValidationError(f"Must be from {earliest.isoformat()} to {latest.isoformat()}.")
+
+
+def day_field(description: str, **options: Any) -> ma.fields.Date:
+    """An ISO 8601 day within the supported range, 1970-01-01 to 9999-12-30."""
+    return ma.fields.Date(
+        validate=_in_supported_range,
+        metadata={"description": f"{description} {EARLIEST_DAY} to {LATEST_DAY}."},
+        **options,
+    )
+
+
+def instant_field(description: str, **options: Any) -> ma.fields.AwareDateTime:
+    """An ISO 8601 instant with its UTC offset, within the supported range."""
+    return ma.fields.AwareDateTime(
+        validate=_in_supported_range,
+        metadata={
+            "description": f"{description} With a UTC offset, {EARLIEST_DAY} to {LATEST_DAY}."
+        },
+        **options,
     )
 
 

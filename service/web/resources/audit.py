@@ -22,7 +22,7 @@ from events.store import EventStore, RecordedEvent
 from service.application.keys import Role
 from service.web.api import Blueprint, container
 from service.web.auth import roles
-from service.web.fields import DEFAULT_PAGE, MAX_PAGE, id_field
+from service.web.fields import DEFAULT_PAGE, MAX_PAGE, id_field, instant_field
 
 blp = Blueprint(
     "audit", __name__, url_prefix="/audit", description="Audit: the significant-event log."
@@ -132,12 +132,8 @@ class SignificantQuerySchema(ma.Schema):
     type = ma.fields.String(metadata={"description": "Only events of this type."})
     actor = ma.fields.String(metadata={"description": "Only events by this actor."})
     table_id = id_field("Only events about this table.", "T1", required=False)
-    start = ma.fields.AwareDateTime(
-        data_key="from", metadata={"description": "Recorded at or after this instant."}
-    )
-    end = ma.fields.AwareDateTime(
-        data_key="to", metadata={"description": "Recorded at or before this instant."}
-    )
+    start = instant_field("Recorded at or after this instant.", data_key="from")
+    end = instant_field("Recorded at or before this instant.", data_key="to")
     after = ma.fields.Integer(
         load_default=0,
         validate=ma.validate.Range(min=0),

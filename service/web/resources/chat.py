@@ -22,6 +22,7 @@ from service.web.fields import (
     PLAYER_ID_PARAMETER,
     TABLE_ID_PARAMETER,
     PageQuerySchema,
+    free_text_field,
     id_field,
     reason_field,
 )
@@ -36,13 +37,7 @@ class NewMessageSchema(ma.Schema):
     """A message from a seated player."""
 
     player_id = id_field("The player who speaks.")
-    text = ma.fields.String(
-        required=True,
-        metadata={
-            "description": f"1 to {MAX_MESSAGE_LENGTH} characters, stored as sent; no control"
-            " characters but tab and newline."
-        },
-    )
+    text = free_text_field("The message, stored as sent.", max_length=MAX_MESSAGE_LENGTH)
 
 
 class MessageSchema(ma.Schema):

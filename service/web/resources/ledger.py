@@ -9,7 +9,7 @@ from flask.views import MethodView
 from service.application.read_models.queries import LedgerLine
 from service.web.api import Blueprint, container, projections
 from service.web.auth import OVERSIGHT, roles
-from service.web.fields import TABLE_ID_PARAMETER
+from service.web.fields import TABLE_ID_PARAMETER, day_field
 from service.web.problems import Problem
 
 blp = Blueprint(
@@ -26,10 +26,8 @@ MAX_DAYS = 366
 class LedgerQuerySchema(ma.Schema):
     """The days to report, inclusive (UTC)."""
 
-    first = ma.fields.Date(
-        data_key="from", metadata={"description": "First day (default: 30 days before `to`)."}
-    )
-    last = ma.fields.Date(data_key="to", metadata={"description": "Last day (default: today)."})
+    first = day_field("First day (default: 30 days before `to`).", data_key="from")
+    last = day_field("Last day (default: today).", data_key="to")
 
 
 class LedgerLineSchema(ma.Schema):

@@ -19,7 +19,7 @@ from service.application.keys import Role
 from service.application.malfunctions import MalfunctionService, Scope
 from service.web.api import Blueprint, actor, container
 from service.web.auth import roles
-from service.web.fields import TABLE_ID_PARAMETER, id_field, reason_field
+from service.web.fields import TABLE_ID_PARAMETER, id_field, instant_field, reason_field
 from service.web.problems import Problem
 
 blp = Blueprint(
@@ -44,8 +44,8 @@ class MalfunctionSchema(ma.Schema):
         load_default=list,
         validate=ma.validate.Length(max=1000),
     )
-    start = ma.fields.AwareDateTime(data_key="from", load_default=None)
-    end = ma.fields.AwareDateTime(data_key="to", load_default=None)
+    start = instant_field("A time_range scope's start.", data_key="from", load_default=None)
+    end = instant_field("A time_range scope's end.", data_key="to", load_default=None)
 
 
 class ReopeningSchema(ma.Schema):
