@@ -22,6 +22,8 @@ from service.application.chat import ChatService
 from service.application.game.tables import GameService
 from service.application.keys import Role, create_key
 from service.application.read_models.queries import ProjectionService
+from service.application.streams import WALLET
+from service.application.wallets import WalletService
 from service.runtime.container import Container
 from service.web.api import EXTENSION
 from service.web.app import create_app
@@ -190,3 +192,15 @@ class Api:
     def state(self, table_id: str = "T1") -> dict[str, Any]:
         state: dict[str, Any] = self.ok("GET", f"/v1/tables/{table_id}/state")
         return state
+
+
+def head_and_balances(store: EventStore) -> tuple[int, dict[str, tuple[int, int]]]:
+    """The log's head and every wallet in it, (available, reserved), read from the log."""
+    wallets = WalletService(store, lambda: T0)
+    players: set[str] = set()
+    position = 0
+    while batch := store.read_all(position, 1000, categories=[WALLET]):
+        players.update(event.stream_id.partition(":")[2] for event in batch)
+        position = batch[-1].position
+    balances = {p: (b.available, b.reserved) for p in players for b in [wallets.balance(p)]}
+    return store.head(), balances

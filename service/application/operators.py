@@ -12,26 +12,22 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import re
 from dataclasses import dataclass
 from typing import Final
+
+from domain.ids import ID_RULE, is_id
 
 DEFAULT_OPERATOR: Final = "default"
 """The operator of every key created without one, and of every player of the early log."""
 
 SEPARATOR: Final = "/"
 ALIAS_PREFIX: Final = "guest-"
-# The id grammar of docs/api.md: no separator, no dot-only names.
-_OPERATOR: Final = re.compile(r"(?!\.+$)[A-Za-z0-9_.-]{1,64}")
 
 
 def checked_operator(operator: str) -> str:
     """`operator` if it is a well-formed operator id, else ValueError saying why."""
-    if _OPERATOR.fullmatch(operator) is None:
-        raise ValueError(
-            f"an operator id is 1 to 64 letters, digits, '_', '.' or '-', not only dots;"
-            f" not {operator!r}"
-        )
+    if not is_id(operator):
+        raise ValueError(f"an operator id is {ID_RULE}; not {operator!r}")
     return operator
 
 

@@ -38,6 +38,8 @@ class ShoeboxServer(BaseApplication):  # type: ignore[misc]
 
 def gunicorn_options(bind: str, workers: int, threads: int) -> dict[str, Any]:
     """Gunicorn's settings for a Shoebox server."""
+    from service.web.app import MAX_HEADER_FIELD_BYTES, MAX_HEADER_FIELDS
+
     return {
         "bind": bind,
         "workers": workers,
@@ -50,6 +52,12 @@ def gunicorn_options(bind: str, workers: int, threads: int) -> dict[str, Any]:
         "accesslog": None,
         "errorlog": "-",
         "graceful_timeout": 10,
+        # The app answers a request line or header over its limits with a 414 or 431 problem;
+        # gunicorn would answer in HTML, so its own limits sit above the app's, as a backstop
+        # against abuse only. 8190 is the longest line gunicorn bounds (0 would bound none).
+        "limit_request_line": 8190,
+        "limit_request_field_size": 2 * MAX_HEADER_FIELD_BYTES,
+        "limit_request_fields": 2 * MAX_HEADER_FIELDS,
     }
 
 

@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import http
 import importlib
+import json
 import pkgutil
+import re
 from collections.abc import Callable, Sequence
 from typing import Any, Final, TypeVar, cast
 
+import flask
 import marshmallow as ma
 
 # flask-smorest ships no type information; this module is the one place that touches it
@@ -25,8 +28,10 @@ from flask.views import MethodView
 from flask_smorest import Api as _Api  # type: ignore[import-untyped]
 from flask_smorest import Blueprint as _Blueprint
 from flask_smorest.utils import prepare_response  # type: ignore[import-untyped]
-from webargs.flaskparser import abort
+from webargs.flaskparser import FlaskParser, abort
+from werkzeug.datastructures import MultiDict
 
+from domain.ids import ID_PATTERN
 from service.application.actor import Actor
 from service.application.read_models.queries import ProjectionService
 from service.runtime.container import Container
@@ -36,6 +41,7 @@ __all__ = [
     "API_PREFIX",
     "Blueprint",
     "ShoeboxApi",
+    "StrictJsonParser",
     "abort",
     "actor",
     "container",
@@ -54,7 +60,7 @@ OPERATOR_QUERY_PARAMETER: Final[dict[str, Any]] = {
         " every operator; without it, the default operator. A frontend key's operator is"
         " implied by the key, and naming another is refused."
     ),
-    "schema": {"type": "string", "pattern": r"^(?!\.+$)[A-Za-z0-9_.-]{1,64}$"},
+    "schema": {"type": "string", "pattern": ID_PATTERN},
 }
 RESOURCES: Final = "service.web.resources"
 """The package whose modules are the API's resources, one `blp` each."""
@@ -65,8 +71,38 @@ Resource = TypeVar("Resource", bound=type[MethodView])
 SchemaArgument = type[ma.Schema] | ma.Schema
 
 
+class StrictJsonParser(FlaskParser):
+    """webargs' Flask parser, answering every undecodable body as malformed JSON.
+
+    The standard decoder raises ValueError for integers of more than 4,300 digits and
+    RecursionError for deeply nested arrays; both fit in a 16 KiB body and would otherwise
+    reach the view's caller as a 500.
+    """
+
+    def load_querystring(self, req: flask.Request, schema: ma.Schema) -> Any:
+        """The query's arguments, less `operator`: service.web.operators reads that one."""
+        args = MultiDict(req.args)
+        args.poplist(OPERATOR_PARAMETER)
+        return self._makeproxy(args, schema)
+
+    def _raw_load_json(self, req: flask.Request) -> Any:
+        try:
+            return super()._raw_load_json(req)
+        except json.JSONDecodeError:
+            raise
+        except (ValueError, RecursionError) as error:
+            # A non-empty `doc`: webargs reads an empty one as "no body" rather than a bad one.
+            raise json.JSONDecodeError(str(error)[:200], "(body)", 0) from error
+
+
 class Blueprint(_Blueprint):  # type: ignore[misc]
-    """flask-smorest's Blueprint with typed decorators, so that views stay checked by mypy."""
+    """flask-smorest's Blueprint with typed decorators, so that views stay checked by mypy.
+
+    Every resource parses its request bodies with the strict parser; unknown fields are
+    refused by marshmallow's default, RAISE.
+    """
+
+    ARGUMENTS_PARSER = StrictJsonParser()
 
     def route(
         self,
@@ -82,7 +118,7 @@ class Blueprint(_Blueprint):  # type: ignore[misc]
         A rule that names a player documents the `operator` query parameter with it, so that
         no endpoint naming a player can leave it out (service/web/operators.py reads it).
         """
-        if "<player_id>" in rule or names_player:
+        if re.search(r"<(\w+:)?player_id>", rule) or names_player:
             parameters = [*(parameters or ()), OPERATOR_QUERY_PARAMETER]
         decorator = super().route(rule, parameters=parameters, tags=tags, **options)
         return cast("Callable[[Resource], Resource]", decorator)

@@ -6,6 +6,7 @@ import atexit
 import re
 import uuid
 from typing import Final
+from urllib.parse import quote
 
 from flask import Flask, Response, current_app, g, request
 from webargs.core import is_json
@@ -22,12 +23,18 @@ from service.runtime.settings import Settings, SettingsError
 from service.web import idempotency, operators
 from service.web.api import API_PREFIX, EXTENSION, ShoeboxApi, register_blueprints
 from service.web.auth import authenticate_request, check_roles_declared
+from service.web.fields import IdConverter, check_path_ids, id_parameter_schema
 from service.web.problems import Problem, register_problem_handlers
 
 API_TITLE: Final = "Shoebox"
 API_VERSION: Final = "1.0.0"
 OPENAPI_VERSION: Final = "3.1.0"
 MAX_BODY_BYTES: Final = 16 * 1024
+# The request head's limits, gunicorn's defaults, enforced here rather than by gunicorn so
+# that they are answered as problems; `shoebox serve` sets gunicorn's own limits above them.
+MAX_REQUEST_LINE_BYTES: Final = 4094
+MAX_HEADER_FIELD_BYTES: Final = 8190
+MAX_HEADER_FIELDS: Final = 100
 DEFAULT_POOL_SIZE: Final = 8
 REQUEST_ID_HEADER: Final = "X-Request-Id"
 BEARER_SCHEME: Final = "bearerAuth"
@@ -83,6 +90,13 @@ def create_app(
         atexit.register(pool.close)
 
     app = Flask(__name__, static_folder=None)
+    # Before any rule is added, since each rule takes these when it is bound to the map.
+    # A path variable that names no converter is an id too, so no route takes an unchecked
+    # string by accident.
+    app.url_map.converters["id"] = app.url_map.converters["default"] = IdConverter
+    # Werkzeug would answer `//` in a path, which it merges, with an HTML redirect; the API
+    # answers in problems only, and an empty segment is no resource's path: a 404.
+    app.url_map.merge_slashes = False
     app.config.update(
         MAX_CONTENT_LENGTH=MAX_BODY_BYTES,
         API_TITLE=API_TITLE,
@@ -100,6 +114,7 @@ def create_app(
     app.extensions[EXTENSION] = wire(settings, store, clock, scheduler, pool, projections)
 
     api = ShoeboxApi(app)
+    api.register_converter(IdConverter, id_parameter_schema)
     api.spec.components.security_scheme(
         BEARER_SCHEME, {"type": "http", "scheme": "bearer", "description": "An API key."}
     )
@@ -109,7 +124,9 @@ def create_app(
 
     # Before the view, in this order; a hook that raises a Problem ends the request.
     app.before_request(_assign_request_id)
+    app.before_request(_check_request_head)
     app.before_request(authenticate_request)
+    app.before_request(check_path_ids)
     app.before_request(_check_body)
     app.before_request(idempotency.begin_request)
     app.before_request(_identify_caller)
@@ -135,6 +152,37 @@ def _open_pool(settings: Settings, pool_size: int) -> Pool:
 def _assign_request_id() -> None:
     offered = request.headers.get(REQUEST_ID_HEADER, "")
     g.request_id = offered if _REQUEST_ID.fullmatch(offered) else uuid.uuid4().hex
+
+
+def _check_request_head() -> None:
+    environ = request.environ
+    target = environ.get("RAW_URI") or quote(environ.get("PATH_INFO", "")) + (
+        f"?{environ['QUERY_STRING']}" if environ.get("QUERY_STRING") else ""
+    )
+    # As sent: METHOD SP request-target SP HTTP-version.
+    line = len(request.method) + len(target) + len(environ.get("SERVER_PROTOCOL", "")) + 2
+    if line > MAX_REQUEST_LINE_BYTES:
+        raise Problem(
+            414,
+            "request-line-too-long",
+            f"The request line holds at most {MAX_REQUEST_LINE_BYTES} bytes, not {line}.",
+        )
+    # Each field as sent, `Name: value` and its CRLF, which is how gunicorn measures one. A
+    # field sent twice reaches the app joined, and is measured so.
+    fields = [(name, len(name) + len(str(value)) + 4) for name, value in request.headers.items()]
+    if len(fields) > MAX_HEADER_FIELDS:
+        raise Problem(
+            431,
+            "headers-too-large",
+            f"A request holds at most {MAX_HEADER_FIELDS} header fields, not {len(fields)}.",
+        )
+    for name, size in fields:
+        if size > MAX_HEADER_FIELD_BYTES:
+            raise Problem(
+                431,
+                "headers-too-large",
+                f"A header field holds at most {MAX_HEADER_FIELD_BYTES} bytes; {name} has {size}.",
+            )
 
 
 def _check_body() -> None:

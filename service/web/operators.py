@@ -17,13 +17,13 @@ may see:
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from typing import Any, Final
 
 import marshmallow as ma
 from flask import Response, current_app, g, request
 
+from domain.ids import ID_PATTERN, is_id
 from service.application.keys import ApiKey
 from service.application.operators import (
     DEFAULT_OPERATOR,
@@ -36,8 +36,6 @@ from service.web.api import OPERATOR_PARAMETER, container
 from service.web.problems import PROBLEM_MIMETYPE, FieldError, Problem
 
 PLAYER_FIELD: Final = "player_id"
-_ID: Final = re.compile(r"(?!\.+$)[A-Za-z0-9_.-]{1,64}")
-_ID_PATTERN: Final = r"^(?!\.+$)[A-Za-z0-9_.-]{1,64}$"
 
 
 def _key() -> ApiKey:
@@ -107,7 +105,7 @@ def qualify_path_player() -> None:
     if g.get("api_key") is None:
         return
     player_id = args[PLAYER_FIELD]
-    if _ID.fullmatch(player_id) is None:
+    if not is_id(player_id):
         return  # the view's own check answers the 422 that names the parameter
     args[PLAYER_FIELD] = request_player_key(player_id)
 
@@ -119,8 +117,8 @@ class PlayerField(ma.fields.String):
         self, value: Any, attr: str | None, data: Mapping[str, Any] | None, **kwargs: Any
     ) -> str:
         player_id = super()._deserialize(value, attr, data, **kwargs)
-        if _ID.fullmatch(player_id) is None:
-            raise ma.ValidationError(f"Must match {_ID_PATTERN}.")
+        if not is_id(player_id):
+            raise ma.ValidationError(f"Must match {ID_PATTERN}.")
         return request_player_key(player_id)
 
 
@@ -128,7 +126,7 @@ def player_field(description: str) -> PlayerField:
     """A required player id in a request body."""
     return PlayerField(
         required=True,
-        metadata={"description": description, "pattern": _ID_PATTERN, "example": "alice"},
+        metadata={"description": description, "pattern": ID_PATTERN, "example": "alice"},
     )
 
 

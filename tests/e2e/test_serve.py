@@ -1,5 +1,6 @@
 """`shoebox serve` as a real gunicorn process: migrates, serves /v1/ping to a created key, stops."""
 
+import http.client
 import json
 import os
 import signal
@@ -14,7 +15,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from events.postgres import PostgresEventStore, open_pool
 from service.cli import main
+from service.web.app import MAX_HEADER_FIELD_BYTES, MAX_HEADER_FIELDS, MAX_REQUEST_LINE_BYTES
+from tests.api_harness import head_and_balances
 from tests.ports import free_port
 
 START_TIMEOUT_SECONDS = 30.0
@@ -90,3 +94,52 @@ def test_serve_migrates_and_answers_ping_to_a_created_key_only(
         assert status == 200, body
         assert json.loads(body) == {"status": "ok"}
         assert headers["X-Request-Id"]
+
+
+def send(
+    base: str, method: str, path: str, body: object, headers: dict[str, str]
+) -> tuple[int, str, bytes]:
+    """One request on its own connection: the status, Content-Type and body."""
+    host, _, port = base.removeprefix("http://").partition(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=5)
+    try:
+        sent = {"Content-Type": "application/json", **headers}
+        connection.request(method, path, json.dumps(body).encode(), sent)
+        response = connection.getresponse()
+        return response.status, response.getheader("Content-Type") or "", response.read()
+    finally:
+        connection.close()
+
+
+def test_an_over_long_request_line_or_header_is_a_problem_from_gunicorn_too(
+    server: str, database_url: str
+) -> None:
+    created = CliRunner().invoke(
+        main,
+        ["keys", "create", "--role", "ops", "--name", "e2e-limits"],
+        env={"DATABASE_URL": database_url},
+    )
+    assert created.exit_code == 0, created.output
+    ops = {"Authorization": f"Bearer {created.stdout.strip().splitlines()[-1]}"}
+    deposit = {"amount_pence": 1_000, "reason": "float"}
+    path = "/v1/wallets/e2e-limits/deposits"
+    # Every worker learns of the new key on its first miss.
+    for _ in range(8):
+        status, _, body = send(server, "POST", path, deposit, ops)
+        assert status == 201, body
+
+    over_line = "?pad=" + "x" * MAX_REQUEST_LINE_BYTES
+    over_field = {"X-Pad": "x" * MAX_HEADER_FIELD_BYTES}
+    too_many = {f"X-Pad-{n}": "x" for n in range(MAX_HEADER_FIELDS)}
+    with open_pool(database_url, max_size=1) as pool:
+        store = PostgresEventStore(pool)
+        before = head_and_balances(store)
+        for query, extra, expected in [
+            (over_line, {}, 414),
+            ("", over_field, 431),
+            ("", too_many, 431),
+        ]:
+            status, content_type, body = send(server, "POST", path + query, deposit, ops | extra)
+            assert (status, content_type) == (expected, "application/problem+json"), body
+            assert json.loads(body)["status"] == expected
+        assert head_and_balances(store) == before

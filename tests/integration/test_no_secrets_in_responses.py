@@ -86,12 +86,14 @@ def read_everything(api: Api) -> None:
             continue
         if rule.rule.endswith("openapi.json"):
             continue  # the document is made from the code alone, and is large
-        if ("<round_id>" in rule.rule and table.round is None) or (
-            "<shoe_id>" in rule.rule and table.live_shoe is None
+        # `<id:table_id>` and `<table_id>` alike, whatever the converter.
+        template = re.sub(r"<(?:[^:<>]+:)?([^<>]+)>", r"<\1>", rule.rule)
+        if ("<round_id>" in template and table.round is None) or (
+            "<shoe_id>" in template and table.live_shoe is None
         ):
             continue  # nothing to read yet, so nothing that could leak
-        for player in PLAYERS if "<player_id>" in rule.rule else PLAYERS[:1]:
-            path = rule.rule.replace("<player_id>", player)
+        for player in PLAYERS if "<player_id>" in template else PLAYERS[:1]:
+            path = template.replace("<player_id>", player)
             for placeholder, value in names.items():
                 path = path.replace(placeholder, value)
             allowed = sorted(endpoint_roles(api.app, rule.endpoint, "GET") or ())

@@ -5,7 +5,9 @@ from typing import Any
 
 import pytest
 
+from domain.ids import ID_PATTERN
 from service.application.keys import Role
+from service.web.fields import IdConverter
 from tests.api_harness import Api
 
 
@@ -121,6 +123,10 @@ CASES: list[tuple[str, Role, str, str, object, int]] = [
     ("player-id-slash", Role.FRONTEND, "POST", BET, bet(player_id="../alice"), 422),
     ("player-id-unicode", Role.FRONTEND, "POST", BET, bet(player_id="ålice"), 422),
     ("player-id-number", Role.FRONTEND, "POST", BET, bet(player_id=7), 422),
+    ("player-id-dot", Role.FRONTEND, "POST", BET, bet(player_id="."), 422),
+    ("player-id-dot-dot", Role.FRONTEND, "POST", BET, bet(player_id=".."), 422),
+    ("player-id-colon", Role.FRONTEND, "POST", BET, bet(player_id="op:alice"), 422),
+    ("player-id-slash-joined", Role.FRONTEND, "POST", BET, bet(player_id="op/alice"), 422),
     ("player-not-seated", Role.FRONTEND, "POST", BET, bet(player_id="mallory"), 409),
     ("table-id-path-space", Role.FRONTEND, "POST", "/v1/tables/T%201/bets", VALID_BET, 422),
     (
@@ -132,6 +138,37 @@ CASES: list[tuple[str, Role, str, str, object, int]] = [
         422,
     ),
     ("player-id-path", Role.OPS, "POST", "/v1/wallets/al%3Bice/deposits", VALID_DEPOSIT, 422),
+    ("player-id-path-dot", Role.OPS, "POST", "/v1/wallets/./deposits", VALID_DEPOSIT, 422),
+    ("player-id-path-dot-dot", Role.OPS, "POST", "/v1/wallets/../deposits", VALID_DEPOSIT, 422),
+    ("player-id-path-dot-dot-read", Role.OPS, "GET", "/v1/wallets/..", None, 422),
+    ("player-id-path-hidden", Role.OPS, "POST", "/v1/wallets/.alice/deposits", VALID_DEPOSIT, 422),
+    ("player-id-path-colon", Role.OPS, "POST", "/v1/wallets/op:alice/deposits", VALID_DEPOSIT, 422),
+    (
+        "player-id-path-slash",
+        Role.OPS,
+        "POST",
+        "/v1/wallets/op%2Falice/deposits",
+        VALID_DEPOSIT,
+        404,  # %2F is a `/` by the time the router sees it: no route has that many segments
+    ),
+    ("player-id-path-nul", Role.OPS, "POST", "/v1/wallets/al%00ice/deposits", VALID_DEPOSIT, 422),
+    ("player-id-path-empty", Role.OPS, "POST", "/v1/wallets//deposits", VALID_DEPOSIT, 404),
+    (
+        "player-id-path-dots-slashes",
+        Role.OPS,
+        "POST",
+        "/v1/wallets/....//deposits",
+        VALID_DEPOSIT,
+        404,
+    ),
+    ("table-id-path-dot-dot", Role.FRONTEND, "POST", "/v1/tables/../bets", VALID_BET, 422),
+    ("table-id-path-dots-slashes", Role.REGULATOR, "GET", "/v1/tables/....//", None, 404),
+    ("table-id-path-double-slash", Role.REGULATOR, "GET", "/v1/tables//T1", None, 404),
+    ("table-id-path-trailing-slash", Role.REGULATOR, "GET", "/v1/tables/T1/", None, 404),
+    ("round-id-path-dot-dot", Role.REGULATOR, "GET", "/v1/rounds/../replay", None, 422),
+    ("round-id-path-too-long", Role.REGULATOR, "GET", f"/v1/rounds/{'R' * 65}", None, 422),
+    ("shoe-id-path-dot-dot", Role.REGULATOR, "GET", "/v1/shoes/..", None, 422),
+    ("shoe-id-path-colon", Role.REGULATOR, "GET", "/v1/shoes/a:b/verify", None, 422),
     ("player-id-path-get", Role.REGULATOR, "GET", "/v1/wallets/%E2%82%AC", None, 422),
     # Unknown tables.
     ("unknown-table-bet", Role.FRONTEND, "POST", "/v1/tables/T9/bets", VALID_BET, 404),
@@ -224,6 +261,10 @@ CASES: list[tuple[str, Role, str, str, object, int]] = [
     ("table-window-float", Role.OPS, "POST", "/v1/tables", table(betting_window_seconds=1.5), 422),
     ("table-chips-unsorted", Role.OPS, "POST", "/v1/tables", table(chips_pence=[500, 100]), 422),
     ("table-id-bad", Role.OPS, "POST", "/v1/tables", table(table_id="T 2"), 422),
+    ("table-id-dot", Role.OPS, "POST", "/v1/tables", table(table_id="."), 422),
+    ("table-id-dot-dot", Role.OPS, "POST", "/v1/tables", table(table_id=".."), 422),
+    ("table-id-dots", Role.OPS, "POST", "/v1/tables", table(table_id="...."), 422),
+    ("table-id-colon", Role.OPS, "POST", "/v1/tables", table(table_id="T:2"), 422),
     ("table-exists", Role.OPS, "POST", "/v1/tables", table(table_id="T1"), 409),
     # Wallets.
     ("deposit-zero", Role.OPS, "POST", DEPOSIT, deposit(amount_pence=0), 422),
@@ -415,7 +456,7 @@ def test_field_errors_name_the_field_and_where_it_was(api: Api) -> None:
     assert document["errors"] == [
         {
             "field": "table_id",
-            "message": "Does not match ^[A-Za-z0-9_.-]{1,64}$.",
+            "message": "Does not match ^[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}$.",
             "location": "path",
         }
     ]
@@ -438,3 +479,39 @@ def test_the_valid_requests_the_refusals_vary_are_accepted(api: Api) -> None:
     assert send(api, Role.FRONTEND, "PUT", "/v1/players/alice/limit", limit)[0] == 200
     message = {"player_id": "alice", "text": "hi"}
     assert send(api, Role.FRONTEND, "POST", "/v1/tables/T1/chat", message)[0] == 201
+
+
+def test_a_malformed_path_id_names_every_bad_parameter(api: Api) -> None:
+    got, document = send(api, Role.FRONTEND, "DELETE", "/v1/tables/../seats/.alice", None)
+    assert got == 422
+    assert document["type"] == "https://shoebox.example/problems/validation-failed"
+    assert document["title"] == "The request did not validate"
+    assert [(e["field"], e["location"]) for e in document["errors"]] == [
+        ("table_id", "path"),
+        ("player_id", "path"),
+    ]
+
+
+def test_a_malformed_path_id_is_checked_after_the_key(api: Api) -> None:
+    response = api.client.post("/v1/wallets/../deposits", json=VALID_DEPOSIT)
+    assert response.status_code == 401
+    assert response.mimetype == "application/problem+json"
+
+
+def test_every_path_variable_is_an_id_documented_with_its_pattern(api: Api) -> None:
+    for rule in api.app.url_map.iter_rules():
+        for name, converter in rule._converters.items():
+            assert isinstance(converter, IdConverter), (rule.rule, name)
+    spec = api.ok("GET", "/v1/openapi.json", role=Role.REGULATOR)
+    for path, item in spec["paths"].items():
+        for parameter in item.get("parameters", []):
+            if parameter["in"] == "path":
+                assert parameter["schema"]["pattern"] == ID_PATTERN, (path, parameter)
+                assert parameter["description"], (path, parameter)
+
+
+def test_no_malformed_path_is_answered_with_a_redirect_or_html(api: Api) -> None:
+    for path in ["/v1/tables/....//", "/v1//tables", "/v1/tables//T1/state", "/v1/tables/T1/"]:
+        response = api.call("GET", path, role=Role.REGULATOR)
+        assert response.status_code == 404, path
+        assert response.mimetype == "application/problem+json", path

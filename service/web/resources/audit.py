@@ -20,11 +20,13 @@ from flask.views import MethodView
 from events.canonical import format_timestamp
 from events.store import EventStore, RecordedEvent
 from service.application.keys import Role
-from service.web.api import container
+from service.web.api import Blueprint, container
 from service.web.auth import roles
-from service.web.resources.schemas import DEFAULT_PAGE, MAX_PAGE, resource
+from service.web.fields import DEFAULT_PAGE, MAX_PAGE, id_field, instant_field
 
-blp = resource("audit", __name__, "/audit", "Audit: the significant-event log.")
+blp = Blueprint(
+    "audit", __name__, url_prefix="/audit", description="Audit: the significant-event log."
+)
 
 SIGNIFICANT_TYPES: Final[dict[str, str]] = {
     "TableCreated": "operator",
@@ -129,13 +131,9 @@ class SignificantQuerySchema(ma.Schema):
 
     type = ma.fields.String(metadata={"description": "Only events of this type."})
     actor = ma.fields.String(metadata={"description": "Only events by this actor."})
-    table_id = ma.fields.String(metadata={"description": "Only events about this table."})
-    start = ma.fields.AwareDateTime(
-        data_key="from", metadata={"description": "Recorded at or after this instant."}
-    )
-    end = ma.fields.AwareDateTime(
-        data_key="to", metadata={"description": "Recorded at or before this instant."}
-    )
+    table_id = id_field("Only events about this table.", "T1", required=False)
+    start = instant_field("Recorded at or after this instant.", data_key="from")
+    end = instant_field("Recorded at or before this instant.", data_key="to")
     after = ma.fields.Integer(
         load_default=0,
         validate=ma.validate.Range(min=0),

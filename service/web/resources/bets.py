@@ -12,22 +12,25 @@ from flask.views import MethodView
 
 from domain.outcome import Spot
 from service.application.keys import Role
-from service.web.api import actor, container
+from service.web.api import Blueprint, actor, container
 from service.web.auth import roles
-from service.web.operators import player_field
-from service.web.resources.schemas import (
+from service.web.fields import (
     PLAYER_ID_PARAMETER,
     TABLE_ID_PARAMETER,
-    PlayerSchema,
-    TableAction,
-    TableActionSchema,
-    checked_id,
     pence_field,
-    resource,
-    table_action,
+)
+from service.web.operators import player_field
+from service.web.table_actions import TableAction, TableActionSchema, table_action
+
+blp = Blueprint(
+    "bets", __name__, url_prefix="/tables", description="Betting: bets, rebet, Deal and Pass."
 )
 
-blp = resource("bets", __name__, "/tables", "Betting: bets, rebet, Deal and Pass.")
+
+class PlayerSchema(ma.Schema):
+    """A body naming only the player who acts."""
+
+    player_id = player_field("The player who acts.")
 
 
 class NewBetSchema(ma.Schema):
@@ -38,7 +41,7 @@ class NewBetSchema(ma.Schema):
     stake_pence = pence_field("The stake: whole pounds, in the table's chips.", required=True)
 
 
-@blp.route("/<table_id>/bets", parameters=[TABLE_ID_PARAMETER])
+@blp.route("/<id:table_id>/bets", parameters=[TABLE_ID_PARAMETER])
 class Bets(MethodView):
     """The bets on a table's layout."""
 
@@ -47,7 +50,6 @@ class Bets(MethodView):
     @blp.response(201, TableActionSchema)
     def post(self, bet: dict[str, Any], table_id: str) -> TableAction:
         """Place a bet; at an idle table the first bet opens the round and its window."""
-        table_id = checked_id("table_id", table_id)
         player_id = bet["player_id"]
         receipt = container().games.place_bet(
             table_id, player_id, bet["spot"], bet["stake_pence"], actor()
@@ -55,7 +57,9 @@ class Bets(MethodView):
         return table_action(table_id, player_id, receipt)
 
 
-@blp.route("/<table_id>/bets/<player_id>", parameters=[TABLE_ID_PARAMETER, PLAYER_ID_PARAMETER])
+@blp.route(
+    "/<id:table_id>/bets/<id:player_id>", parameters=[TABLE_ID_PARAMETER, PLAYER_ID_PARAMETER]
+)
 class PlayerBets(MethodView):
     """One player's bets in the current round."""
 
@@ -63,13 +67,11 @@ class PlayerBets(MethodView):
     @blp.response(200, TableActionSchema)
     def delete(self, table_id: str, player_id: str) -> TableAction:
         """Take all of one's bets back before pressing Deal or Pass."""
-        table_id = checked_id("table_id", table_id)
-        player_id = checked_id("player_id", player_id)
         receipt = container().games.remove_bets(table_id, player_id, actor())
         return table_action(table_id, player_id, receipt)
 
 
-@blp.route("/<table_id>/rebet", parameters=[TABLE_ID_PARAMETER])
+@blp.route("/<id:table_id>/rebet", parameters=[TABLE_ID_PARAMETER])
 class Rebet(MethodView):
     """Repeating one's bets of the last round."""
 
@@ -78,13 +80,12 @@ class Rebet(MethodView):
     @blp.response(201, TableActionSchema)
     def post(self, acting: dict[str, Any], table_id: str) -> TableAction:
         """Repeat one's bets of the last round played at this seat."""
-        table_id = checked_id("table_id", table_id)
         player_id = acting["player_id"]
         receipt = container().games.rebet(table_id, player_id, actor())
         return table_action(table_id, player_id, receipt)
 
 
-@blp.route("/<table_id>/deal", parameters=[TABLE_ID_PARAMETER])
+@blp.route("/<id:table_id>/deal", parameters=[TABLE_ID_PARAMETER])
 class Deal(MethodView):
     """Pressing Deal."""
 
@@ -93,13 +94,12 @@ class Deal(MethodView):
     @blp.response(200, TableActionSchema)
     def post(self, acting: dict[str, Any], table_id: str) -> TableAction:
         """Confirm one's bets; the last participant to act brings the deal and settlement."""
-        table_id = checked_id("table_id", table_id)
         player_id = acting["player_id"]
         receipt = container().games.press_deal(table_id, player_id, actor())
         return table_action(table_id, player_id, receipt)
 
 
-@blp.route("/<table_id>/pass", parameters=[TABLE_ID_PARAMETER])
+@blp.route("/<id:table_id>/pass", parameters=[TABLE_ID_PARAMETER])
 class Pass(MethodView):
     """Pressing Pass."""
 
@@ -108,7 +108,6 @@ class Pass(MethodView):
     @blp.response(200, TableActionSchema)
     def post(self, acting: dict[str, Any], table_id: str) -> TableAction:
         """Sit this coup out; one's bets come back, and the last to act brings the deal."""
-        table_id = checked_id("table_id", table_id)
         player_id = acting["player_id"]
         receipt = container().games.pass_turn(table_id, player_id, actor())
         return table_action(table_id, player_id, receipt)

@@ -15,36 +15,29 @@ from domain.chat import MAX_MESSAGE_LENGTH, MessagePosted
 from service.application.chat import ChatMessage
 from service.application.keys import Role
 from service.application.streams import chat_stream
-from service.web.api import actor, container
+from service.web.api import Blueprint, actor, container
 from service.web.auth import READERS, roles
-from service.web.operators import player_field
-from service.web.resources.schemas import (
+from service.web.fields import (
     DEFAULT_PAGE,
     PLAYER_ID_PARAMETER,
     TABLE_ID_PARAMETER,
     PageQuerySchema,
-    TableAction,
-    TableActionSchema,
-    checked_id,
+    free_text_field,
     reason_field,
-    resource,
-    table_action,
 )
+from service.web.operators import player_field
+from service.web.table_actions import TableAction, TableActionSchema, table_action
 
-blp = resource("chat", __name__, "/tables", "Chat at a table, and its moderation.")
+blp = Blueprint(
+    "chat", __name__, url_prefix="/tables", description="Chat at a table, and its moderation."
+)
 
 
 class NewMessageSchema(ma.Schema):
     """A message from a seated player."""
 
     player_id = player_field("The player who speaks.")
-    text = ma.fields.String(
-        required=True,
-        metadata={
-            "description": f"1 to {MAX_MESSAGE_LENGTH} characters, stored as sent; no control"
-            " characters but tab and newline."
-        },
-    )
+    text = free_text_field("The message, stored as sent.", max_length=MAX_MESSAGE_LENGTH)
 
 
 class MessageSchema(ma.Schema):
@@ -81,7 +74,7 @@ def _message(message: ChatMessage) -> dict[str, Any]:
     }
 
 
-@blp.route("/<table_id>/chat", parameters=[TABLE_ID_PARAMETER])
+@blp.route("/<id:table_id>/chat", parameters=[TABLE_ID_PARAMETER])
 class Chat(MethodView):
     """A table's chat."""
 
@@ -90,7 +83,6 @@ class Chat(MethodView):
     @blp.response(200, MessagesSchema)
     def get(self, page: dict[str, Any], table_id: str) -> dict[str, Any]:
         """Read a table's latest messages, oldest first."""
-        table_id = checked_id("table_id", table_id)
         messages = container().chat.recent(table_id, limit=page.get("limit", DEFAULT_PAGE))
         return {"table_id": table_id, "messages": [_message(m) for m in messages]}
 
@@ -99,7 +91,6 @@ class Chat(MethodView):
     @blp.response(201, MessageSchema)
     def post(self, new: dict[str, Any], table_id: str) -> dict[str, Any]:
         """Post a message; refused for players not seated, muted or removed."""
-        table_id = checked_id("table_id", table_id)
         player_id, text = new["player_id"], new["text"]
         receipt = container().chat.post(table_id, player_id, text, actor())
         (posted,) = receipt.events
@@ -114,7 +105,7 @@ class Chat(MethodView):
         }
 
 
-@blp.route("/<table_id>/mutes", parameters=[TABLE_ID_PARAMETER], names_player=True)
+@blp.route("/<id:table_id>/mutes", parameters=[TABLE_ID_PARAMETER], names_player=True)
 class Mutes(MethodView):
     """Players muted in a table's chat."""
 
@@ -123,13 +114,14 @@ class Mutes(MethodView):
     @blp.response(201, TableActionSchema)
     def post(self, mute: dict[str, Any], table_id: str) -> TableAction:
         """Mute a player in a table's chat, saying why."""
-        table_id = checked_id("table_id", table_id)
         player_id = mute["player_id"]
         receipt = container().chat.mute(table_id, player_id, actor(), mute["reason"])
         return table_action(table_id, player_id, receipt)
 
 
-@blp.route("/<table_id>/mutes/<player_id>", parameters=[TABLE_ID_PARAMETER, PLAYER_ID_PARAMETER])
+@blp.route(
+    "/<id:table_id>/mutes/<id:player_id>", parameters=[TABLE_ID_PARAMETER, PLAYER_ID_PARAMETER]
+)
 class Mute(MethodView):
     """A player's mute at a table."""
 
@@ -137,13 +129,11 @@ class Mute(MethodView):
     @blp.response(200, TableActionSchema)
     def delete(self, table_id: str, player_id: str) -> TableAction:
         """Lift a player's mute at a table."""
-        table_id = checked_id("table_id", table_id)
-        player_id = checked_id("player_id", player_id)
         receipt = container().chat.unmute(table_id, player_id, actor())
         return table_action(table_id, player_id, receipt)
 
 
-@blp.route("/<table_id>/removals", parameters=[TABLE_ID_PARAMETER], names_player=True)
+@blp.route("/<id:table_id>/removals", parameters=[TABLE_ID_PARAMETER], names_player=True)
 class Removals(MethodView):
     """Players removed from a table for good."""
 
@@ -152,7 +142,6 @@ class Removals(MethodView):
     @blp.response(201, TableActionSchema)
     def post(self, removal: dict[str, Any], table_id: str) -> TableAction:
         """Remove a player from a table: unseated, unconfirmed bets returned, barred from it."""
-        table_id = checked_id("table_id", table_id)
         player_id = removal["player_id"]
         receipt = container().chat.remove_player(table_id, player_id, removal["reason"], actor())
         return table_action(table_id, player_id, receipt)

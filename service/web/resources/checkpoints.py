@@ -10,15 +10,16 @@ from flask.views import MethodView
 from domain.audit import CheckpointSigned
 from service.application.checkpoints import from_recorded
 from service.application.keys import Role
-from service.web.api import container
+from service.web.api import Blueprint, container
 from service.web.auth import roles
-from service.web.resources.schemas import DEFAULT_PAGE, MAX_PAGE, resource
+from service.web.fields import DEFAULT_PAGE, MAX_PAGE
 
-blp = resource(
+blp = Blueprint(
     "checkpoints",
     __name__,
-    "/audit",
-    "Signed checkpoints (position, head hash, time) of the log, in docs/verification.md's format.",
+    url_prefix="/audit",
+    description="Signed checkpoints (position, head hash, time) of the log, as"
+    " docs/verification.md specifies.",
 )
 
 

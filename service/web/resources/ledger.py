@@ -7,13 +7,18 @@ import marshmallow as ma
 from flask.views import MethodView
 
 from service.application.read_models.queries import LedgerLine
-from service.web.api import container, projections
+from service.web.api import Blueprint, container, projections
 from service.web.auth import OVERSIGHT, roles
+from service.web.fields import TABLE_ID_PARAMETER, day_field
 from service.web.operators import ledger_operator
 from service.web.problems import Problem
-from service.web.resources.schemas import TABLE_ID_PARAMETER, checked_id, resource
 
-blp = resource("ledger", __name__, "/tables", "The house ledger: wagered, paid out, hold, RTP.")
+blp = Blueprint(
+    "ledger",
+    __name__,
+    url_prefix="/tables",
+    description="The house ledger: wagered, paid out, hold, RTP.",
+)
 
 # The house's books are for the operator and the regulator, not the players' front end.
 MAX_DAYS = 366
@@ -22,10 +27,8 @@ MAX_DAYS = 366
 class LedgerQuerySchema(ma.Schema):
     """The days to report, inclusive (UTC)."""
 
-    first = ma.fields.Date(
-        data_key="from", metadata={"description": "First day (default: 30 days before `to`)."}
-    )
-    last = ma.fields.Date(data_key="to", metadata={"description": "Last day (default: today)."})
+    first = day_field("First day (default: 30 days before `to`).", data_key="from")
+    last = day_field("Last day (default: today).", data_key="to")
 
 
 class LedgerLineSchema(ma.Schema):
@@ -75,7 +78,7 @@ def _line(line: LedgerLine) -> dict[str, Any]:
     }
 
 
-@blp.route("/<table_id>/ledger", parameters=[TABLE_ID_PARAMETER], names_player=True)
+@blp.route("/<id:table_id>/ledger", parameters=[TABLE_ID_PARAMETER], names_player=True)
 class Ledger(MethodView):
     """A table's house ledger."""
 
@@ -84,7 +87,6 @@ class Ledger(MethodView):
     @blp.response(200, LedgerSchema)
     def get(self, query: dict[str, Any], table_id: str) -> dict[str, Any]:
         """Read a table's ledger per day and bet type, with observed and theoretical RTP."""
-        table_id = checked_id("table_id", table_id)
         last: date = query.get("last") or container().clock().date()
         first: date = query.get("first") or last - timedelta(days=30)
         if first > last or (last - first).days >= MAX_DAYS:

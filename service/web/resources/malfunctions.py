@@ -17,12 +17,17 @@ from domain.table import (
 from service.application.appends import Receipt
 from service.application.keys import Role
 from service.application.malfunctions import MalfunctionService, Scope
-from service.web.api import actor, container
+from service.web.api import Blueprint, actor, container
 from service.web.auth import roles
+from service.web.fields import TABLE_ID_PARAMETER, id_field, instant_field, reason_field
 from service.web.problems import Problem
-from service.web.resources.schemas import TABLE_ID_PARAMETER, checked_id, reason_field, resource
 
-blp = resource("malfunctions", __name__, "/tables", "Malfunctions: voids and suspensions.")
+blp = Blueprint(
+    "malfunctions",
+    __name__,
+    url_prefix="/tables",
+    description="Malfunctions: voids and suspensions.",
+)
 
 
 class MalfunctionSchema(ma.Schema):
@@ -35,12 +40,12 @@ class MalfunctionSchema(ma.Schema):
         metadata={"description": "current_round, rounds (name them) or time_range."},
     )
     round_ids = ma.fields.List(
-        ma.fields.String(validate=ma.validate.Length(min=1, max=80)),
+        id_field("A round to void.", "T1-7", required=False),
         load_default=list,
         validate=ma.validate.Length(max=1000),
     )
-    start = ma.fields.AwareDateTime(data_key="from", load_default=None)
-    end = ma.fields.AwareDateTime(data_key="to", load_default=None)
+    start = instant_field("A time_range scope's start.", data_key="from", load_default=None)
+    end = instant_field("A time_range scope's end.", data_key="to", load_default=None)
 
 
 class ReopeningSchema(ma.Schema):
@@ -110,7 +115,7 @@ def _service() -> MalfunctionService:
     return MalfunctionService(wiring.store, wiring.clock)
 
 
-@blp.route("/<table_id>/malfunctions", parameters=[TABLE_ID_PARAMETER])
+@blp.route("/<id:table_id>/malfunctions", parameters=[TABLE_ID_PARAMETER])
 class Malfunctions(MethodView):
     """A table's malfunctions."""
 
@@ -138,13 +143,11 @@ class Malfunctions(MethodView):
             )
         if scope.start is not None and scope.end is not None and scope.start > scope.end:
             raise Problem(422, "validation-failed", "from must not be after to.")
-        receipt = _service().declare(
-            checked_id("table_id", table_id), body["reason"], scope, actor()
-        )
+        receipt = _service().declare(table_id, body["reason"], scope, actor())
         return malfunction_result(receipt)
 
 
-@blp.route("/<table_id>/reopenings", parameters=[TABLE_ID_PARAMETER])
+@blp.route("/<id:table_id>/reopenings", parameters=[TABLE_ID_PARAMETER])
 class Reopenings(MethodView):
     """Reopening a suspended table."""
 
@@ -153,5 +156,5 @@ class Reopenings(MethodView):
     @blp.response(201, MalfunctionResultSchema)
     def post(self, body: dict[str, Any], table_id: str) -> dict[str, Any]:
         """Reopen a table suspended by a malfunction."""
-        receipt = _service().reopen(checked_id("table_id", table_id), body["reason"], actor())
+        receipt = _service().reopen(table_id, body["reason"], actor())
         return malfunction_result(receipt)

@@ -11,12 +11,16 @@ from rq.serializers import JSONSerializer
 from service.application.keys import Role
 from service.application.read_models import projector
 from service.runtime.scheduler import WINDOW_QUEUE, redis_for_requests
-from service.web.api import container, projections
+from service.web.api import Blueprint, container, projections
 from service.web.auth import OVERSIGHT, roles
 from service.web.problems import Problem
-from service.web.resources.schemas import resource
 
-blp = resource("ops", __name__, "/ops", "Operations: read models' lag, rebuilds, invariants.")
+blp = Blueprint(
+    "ops",
+    __name__,
+    url_prefix="/ops",
+    description="Operations: read models' lag, rebuilds, invariants.",
+)
 
 REBUILD_JOB: Final = "service.runtime.jobs.rebuild_projection"
 # A rebuild that cannot reach PostgreSQL is retried after these pauses (seconds).

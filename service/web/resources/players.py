@@ -13,20 +13,15 @@ from flask.views import MethodView
 from domain.player_limits import LimitChangedThisWeek, PlayerLimit
 from service.application.keys import Role
 from service.application.players import RoundHistory
-from service.web.api import actor, container, projections
+from service.web.api import Blueprint, actor, container, projections
 from service.web.auth import READERS, roles
+from service.web.fields import PLAYER_ID_PARAMETER, PageQuerySchema, pence_field
 from service.web.problems import domain_problem
-from service.web.resources.schemas import (
-    PLAYER_ID_PARAMETER,
-    BetEntrySchema,
-    DealtCardSchema,
-    PageQuerySchema,
-    checked_id,
-    pence_field,
-    resource,
-)
+from service.web.table_actions import BetEntrySchema, DealtCardSchema
 
-blp = resource("players", __name__, "/players", "Players: own bet limit, round history.")
+blp = Blueprint(
+    "players", __name__, url_prefix="/players", description="Players: own bet limit, round history."
+)
 
 DEFAULT_ROUNDS = 20
 
@@ -141,7 +136,7 @@ def _round(history: RoundHistory) -> dict[str, Any]:
     }
 
 
-@blp.route("/<player_id>/limit", parameters=[PLAYER_ID_PARAMETER])
+@blp.route("/<id:player_id>/limit", parameters=[PLAYER_ID_PARAMETER])
 class Limit(MethodView):
     """A player's own maximum stake per round."""
 
@@ -149,14 +144,13 @@ class Limit(MethodView):
     @blp.response(200, LimitSchema)
     def get(self, player_id: str) -> dict[str, Any]:
         """Read a player's own limit and when it may next change."""
-        return _limit(container().players.get_limit(checked_id("player_id", player_id)))
+        return _limit(container().players.get_limit(player_id))
 
     @roles(Role.FRONTEND)
     @blp.arguments(NewLimitSchema)
     @blp.response(200, LimitSchema)
     def put(self, new: dict[str, Any], player_id: str) -> dict[str, Any]:
         """Set or remove the player's own limit; at most one change a week."""
-        player_id = checked_id("player_id", player_id)
         players = container().players
         try:
             players.set_limit(player_id, new["limit_pence"], actor())
@@ -167,7 +161,7 @@ class Limit(MethodView):
         return _limit(players.get_limit(player_id))
 
 
-@blp.route("/<player_id>/rounds", parameters=[PLAYER_ID_PARAMETER])
+@blp.route("/<id:player_id>/rounds", parameters=[PLAYER_ID_PARAMETER])
 class Rounds(MethodView):
     """The rounds a player staked in."""
 
@@ -176,7 +170,6 @@ class Rounds(MethodView):
     @blp.response(200, PlayedRoundsSchema)
     def get(self, page: dict[str, Any], player_id: str) -> dict[str, Any]:
         """Read a player's latest rounds: bets, cards, outcome and payout, newest first."""
-        player_id = checked_id("player_id", player_id)
         limit = page.get("limit", DEFAULT_ROUNDS)
         read_models = container().projections
         # The round history read model; the table streams only in the in-memory wiring.
@@ -201,7 +194,7 @@ class PlayerHistorySchema(ma.Schema):
     net_pence = ma.fields.Integer(required=True, metadata={"description": "Won - wagered."})
 
 
-@blp.route("/<player_id>/history", parameters=[PLAYER_ID_PARAMETER])
+@blp.route("/<id:player_id>/history", parameters=[PLAYER_ID_PARAMETER])
 class History(MethodView):
     """A player's totals."""
 
@@ -209,7 +202,7 @@ class History(MethodView):
     @blp.response(200, PlayerHistorySchema)
     def get(self, player_id: str) -> dict[str, Any]:
         """Read a player's rounds played, wagered, won and net, from the read model."""
-        summary = projections().player_summary(checked_id("player_id", player_id))
+        summary = projections().player_summary(player_id)
         return {
             "player_id": summary.player_id,
             "rounds_played": summary.rounds_played,

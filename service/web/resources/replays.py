@@ -11,21 +11,18 @@ from flask.views import MethodView
 
 from service.application.keys import Role
 from service.regulator.replay import NotInLogError, round_replay
-from service.web.api import container
+from service.web.api import Blueprint, container
 from service.web.auth import roles
+from service.web.fields import path_parameter
 from service.web.problems import Problem
-from service.web.resources.schemas import resource
 
-blp = resource("replays", __name__, "", "Round replays for regulators and ops.")
+blp = Blueprint(
+    "replays", __name__, url_prefix="", description="Round replays for regulators and ops."
+)
 
-MAX_ROUND_ID = 80
-ROUND_ID_PARAMETER = {
-    "in": "path",
-    "name": "round_id",
-    "required": True,
-    "description": "The round's id: its table's id, '-', and its number.",
-    "schema": {"type": "string", "maxLength": MAX_ROUND_ID},
-}
+ROUND_ID_PARAMETER = path_parameter(
+    "round_id", "The round's id: its table's id, '-', and its number."
+)
 
 
 class ReplaySeatSchema(ma.Schema):
@@ -68,7 +65,7 @@ class RoundReplaySchema(ma.Schema):
     wallets = ma.fields.List(ma.fields.Nested(ReplayWalletSchema), required=True)
 
 
-@blp.route("/rounds/<round_id>/replay", parameters=[ROUND_ID_PARAMETER])
+@blp.route("/rounds/<id:round_id>/replay", parameters=[ROUND_ID_PARAMETER])
 class RoundReplay(MethodView):
     """One round, replayed from the log."""
 
@@ -76,8 +73,6 @@ class RoundReplay(MethodView):
     @blp.response(200, RoundReplaySchema)
     def get(self, round_id: str) -> dict[str, Any]:
         """Replay a round: its events, each card, total, draw reason, payout and balance."""
-        if len(round_id) > MAX_ROUND_ID:
-            raise Problem(422, "validation-failed", f"round_id: at most {MAX_ROUND_ID} characters.")
         try:
             return round_replay(container().store, round_id)
         except NotInLogError as error:

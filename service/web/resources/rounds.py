@@ -6,19 +6,22 @@ import marshmallow as ma
 from flask.views import MethodView
 
 from service.application.read_models.queries import RoundRecord
-from service.web.api import projections
+from service.web.api import Blueprint, projections
 from service.web.auth import READERS, roles
-from service.web.problems import Problem
-from service.web.resources.schemas import (
+from service.web.fields import (
     DEFAULT_PAGE,
     TABLE_ID_PARAMETER,
     PageQuerySchema,
-    checked_id,
     path_parameter,
-    resource,
 )
+from service.web.problems import Problem
 
-blp = resource("rounds", __name__, "", "Round history: bets, cards, outcome, money, voids.")
+blp = Blueprint(
+    "rounds",
+    __name__,
+    url_prefix="",
+    description="Round history: bets, cards, outcome, money, voids.",
+)
 
 ROUND_ID_PARAMETER = path_parameter("round_id", "The round's id.")
 
@@ -124,7 +127,7 @@ def round_document(record: RoundRecord) -> dict[str, Any]:
     }
 
 
-@blp.route("/rounds/<round_id>", parameters=[ROUND_ID_PARAMETER])
+@blp.route("/rounds/<id:round_id>", parameters=[ROUND_ID_PARAMETER])
 class Round(MethodView):
     """One round's history."""
 
@@ -132,14 +135,13 @@ class Round(MethodView):
     @blp.response(200, RoundSchema)
     def get(self, round_id: str) -> dict[str, Any]:
         """Read one round: bets, cards, outcome, payouts, commission, void."""
-        round_id = checked_id("round_id", round_id)
         record = projections().round(round_id)
         if record is None:
             raise Problem(404, "not-found", f"There is no round {round_id}.")
         return round_document(record)
 
 
-@blp.route("/tables/<table_id>/rounds", parameters=[TABLE_ID_PARAMETER])
+@blp.route("/tables/<id:table_id>/rounds", parameters=[TABLE_ID_PARAMETER])
 class TableRounds(MethodView):
     """A table's round history."""
 
@@ -148,7 +150,6 @@ class TableRounds(MethodView):
     @blp.response(200, TableRoundsSchema)
     def get(self, page: dict[str, Any], table_id: str) -> dict[str, Any]:
         """Read a table's latest rounds, newest first."""
-        table_id = checked_id("table_id", table_id)
         limit = page.get("limit", DEFAULT_PAGE)
         records = projections().table_rounds(table_id, limit, page.get("before"))
         return {

@@ -7,20 +7,13 @@ from flask.views import MethodView
 
 from domain.table import MAX_SEATS
 from service.application.keys import Role
-from service.web.api import actor, container
+from service.web.api import Blueprint, actor, container
 from service.web.auth import roles
+from service.web.fields import PLAYER_ID_PARAMETER, TABLE_ID_PARAMETER
 from service.web.operators import player_field
-from service.web.resources.schemas import (
-    PLAYER_ID_PARAMETER,
-    TABLE_ID_PARAMETER,
-    TableAction,
-    TableActionSchema,
-    checked_id,
-    resource,
-    table_action,
-)
+from service.web.table_actions import TableAction, TableActionSchema, table_action
 
-blp = resource("seats", __name__, "/tables", "Seats: sit down and leave.")
+blp = Blueprint("seats", __name__, url_prefix="/tables", description="Seats: sit down and leave.")
 
 
 class SitDownSchema(ma.Schema):
@@ -35,7 +28,7 @@ class SitDownSchema(ma.Schema):
     )
 
 
-@blp.route("/<table_id>/seats", parameters=[TABLE_ID_PARAMETER])
+@blp.route("/<id:table_id>/seats", parameters=[TABLE_ID_PARAMETER])
 class Seats(MethodView):
     """A table's seats."""
 
@@ -44,13 +37,14 @@ class Seats(MethodView):
     @blp.response(201, TableActionSchema)
     def post(self, sitting: dict[str, Any], table_id: str) -> TableAction:
         """Sit a player at a free seat; during a round they play from the next one."""
-        table_id = checked_id("table_id", table_id)
         player_id = sitting["player_id"]
         receipt = container().games.sit(table_id, player_id, sitting["seat"], actor())
         return table_action(table_id, player_id, receipt)
 
 
-@blp.route("/<table_id>/seats/<player_id>", parameters=[TABLE_ID_PARAMETER, PLAYER_ID_PARAMETER])
+@blp.route(
+    "/<id:table_id>/seats/<id:player_id>", parameters=[TABLE_ID_PARAMETER, PLAYER_ID_PARAMETER]
+)
 class Seat(MethodView):
     """A player's seat at a table."""
 
@@ -58,7 +52,5 @@ class Seat(MethodView):
     @blp.response(200, TableActionSchema)
     def delete(self, table_id: str, player_id: str) -> TableAction:
         """Leave the table: bets not yet confirmed come back; confirmed ones stay in play."""
-        table_id = checked_id("table_id", table_id)
-        player_id = checked_id("player_id", player_id)
         receipt = container().games.leave(table_id, player_id, actor())
         return table_action(table_id, player_id, receipt)

@@ -9,20 +9,16 @@ from domain.table import ClientSeedRotated
 from service.application.keys import Role
 from service.application.malfunctions import MalfunctionService
 from service.regulator.replay import NotInLogError, ShoeRecord, find_shoe, shoe_view, verify_shoe
-from service.web.api import actor, container
+from service.web.api import Blueprint, actor, container
 from service.web.auth import READERS, roles
+from service.web.fields import TABLE_ID_PARAMETER, path_parameter, reason_field
 from service.web.problems import Problem
-from service.web.resources.schemas import (
-    TABLE_ID_PARAMETER,
-    OpenedShoeSchema,
-    checked_id,
-    path_parameter,
-    reason_field,
-    resource,
-)
+from service.web.table_actions import OpenedShoeSchema
 
 # Mounted at the root: shoes live under /shoes, and the next shoe's seed under its table.
-blp = resource("shoes", __name__, "", "Shoes: provably fair records and checks.")
+blp = Blueprint(
+    "shoes", __name__, url_prefix="", description="Shoes: provably fair records and checks."
+)
 
 SHOE_ID_PARAMETER = path_parameter("shoe_id", "The shoe's id.")
 
@@ -61,15 +57,13 @@ class ShoeVerificationSchema(ma.Schema):
 
 
 def _record(shoe_id: str) -> ShoeRecord:
-    if len(shoe_id) > 64:
-        raise Problem(422, "validation-failed", "shoe_id: at most 64 characters.")
     try:
         return find_shoe(container().store, shoe_id)
     except NotInLogError as error:
         raise Problem(404, "not-found", f"{error}.") from None
 
 
-@blp.route("/shoes/<shoe_id>", parameters=[SHOE_ID_PARAMETER])
+@blp.route("/shoes/<id:shoe_id>", parameters=[SHOE_ID_PARAMETER])
 class Shoe(MethodView):
     """One shoe as published."""
 
@@ -80,7 +74,7 @@ class Shoe(MethodView):
         return shoe_view(_record(shoe_id))
 
 
-@blp.route("/shoes/<shoe_id>/verify", parameters=[SHOE_ID_PARAMETER])
+@blp.route("/shoes/<id:shoe_id>/verify", parameters=[SHOE_ID_PARAMETER])
 class ShoeVerification(MethodView):
     """A shoe re-derived from its revealed seed and compared with the log."""
 
@@ -124,7 +118,7 @@ class ClientSeedRotatedSchema(ma.Schema):
     position = ma.fields.Integer(required=True)
 
 
-@blp.route("/tables/<table_id>/client-seed-rotations", parameters=[TABLE_ID_PARAMETER])
+@blp.route("/tables/<id:table_id>/client-seed-rotations", parameters=[TABLE_ID_PARAMETER])
 class ClientSeedRotations(MethodView):
     """Ops' choice of the client seed of a table's next shoe."""
 
@@ -135,7 +129,7 @@ class ClientSeedRotations(MethodView):
         """Rotate the client seed of the table's next shoe, before that shoe opens."""
         wiring = container()
         receipt = MalfunctionService(wiring.store, wiring.clock).rotate_client_seed(
-            checked_id("table_id", table_id), body["client_seed"], body["reason"], actor()
+            table_id, body["client_seed"], body["reason"], actor()
         )
         rotated = next(e for e in receipt.events if isinstance(e, ClientSeedRotated))
         return {

@@ -6,13 +6,16 @@ import marshmallow as ma
 from flask.views import MethodView
 
 from service.application.read_models.queries import ALL_TIME, CURRENT_SHOE
-from service.web.api import projections
+from service.web.api import Blueprint, projections
 from service.web.auth import READERS, roles
+from service.web.fields import TABLE_ID_PARAMETER
 from service.web.problems import Problem
-from service.web.resources.schemas import TABLE_ID_PARAMETER, checked_id, resource
 
-blp = resource(
-    "statistics", __name__, "/tables", "Statistics: each table's roads and counts, read models."
+blp = Blueprint(
+    "statistics",
+    __name__,
+    url_prefix="/tables",
+    description="Statistics: each table's roads and counts, read models.",
 )
 
 
@@ -44,7 +47,7 @@ class StatisticsSchema(ma.Schema):
     )
 
 
-@blp.route("/<table_id>/statistics", parameters=[TABLE_ID_PARAMETER])
+@blp.route("/<id:table_id>/statistics", parameters=[TABLE_ID_PARAMETER])
 class Statistics(MethodView):
     """A table's roads and counts."""
 
@@ -53,7 +56,6 @@ class Statistics(MethodView):
     @blp.response(200, StatisticsSchema)
     def get(self, query: dict[str, Any], table_id: str) -> dict[str, Any]:
         """Read a table's roads and Banker, Player, tie and hand counts."""
-        table_id = checked_id("table_id", table_id)
         found = projections().statistics(table_id, query["scope"])
         if found is None:
             raise Problem(404, "not-found", f"There is no table {table_id}.")

@@ -6,28 +6,86 @@ seed or a card not yet dealt: those are not in the table's state at all (domain/
 """
 
 from datetime import timedelta
-from typing import Any
+from typing import Any, Final
 
 import marshmallow as ma
 from flask import url_for
 from flask.views import MethodView
 
+import domain.table
 from domain.limits import TableLimits
-from domain.table import TableSettings
+from domain.shoe import DEFAULT_DECKS
+from domain.table import MAX_DECKS, MAX_SEATS, TableSettings
 from service.application.game.tables import LiveState
 from service.application.keys import Role
-from service.web.api import actor, container
+from service.web.api import Blueprint, actor, container
 from service.web.auth import READERS, roles
-from service.web.resources.schemas import (
-    TABLE_ID_PARAMETER,
-    NewTableSchema,
-    TableSchema,
-    checked_id,
-    resource,
-    table_settings,
+from service.web.fields import MAX_PENCE, TABLE_ID_PARAMETER, id_field, pence_field
+
+blp = Blueprint(
+    "tables", __name__, url_prefix="/tables", description="Tables: settings and live state."
 )
 
-blp = resource("tables", __name__, "/tables", "Tables: settings and live state.")
+MAX_BETTING_WINDOW_SECONDS: Final = 300
+
+
+class TableSchema(ma.Schema):
+    """A table's settings."""
+
+    table_id = ma.fields.String(required=True)
+    seats = ma.fields.Integer(required=True)
+    decks = ma.fields.Integer(required=True)
+    minimum_pence = ma.fields.Integer(required=True)
+    maximum_pence = ma.fields.Integer(required=True)
+    chips_pence = ma.fields.List(ma.fields.Integer(), required=True)
+    currency = ma.fields.String(required=True)
+    betting_window_ms = ma.fields.Integer(required=True)
+
+
+def table_settings(table: domain.table.Table) -> dict[str, Any]:
+    """A table's settings as TableSchema writes them."""
+    settings = table.settings
+    return {
+        "table_id": table.table_id,
+        "seats": settings.seats,
+        "decks": settings.decks,
+        "minimum_pence": settings.limits.minimum,
+        "maximum_pence": settings.limits.maximum,
+        "chips_pence": list(settings.limits.chips),
+        "currency": settings.currency,
+        "betting_window_ms": settings.betting_window // timedelta(milliseconds=1),
+    }
+
+
+class NewTableSchema(ma.Schema):
+    """A new table's settings."""
+
+    table_id = id_field("The new table's id.", "T1")
+    # The defaults are the seed rules' table: 7 seats, 8 decks, £1 minimum, £2,500 maximum.
+    seats = ma.fields.Integer(
+        strict=True, load_default=MAX_SEATS, validate=ma.validate.Range(min=1, max=MAX_SEATS)
+    )
+    decks = ma.fields.Integer(
+        strict=True, load_default=DEFAULT_DECKS, validate=ma.validate.Range(min=1, max=MAX_DECKS)
+    )
+    minimum_pence = pence_field(
+        "The smallest bet, whole pounds.", load_default=TableLimits().minimum
+    )
+    maximum_pence = pence_field(
+        "The most a player may stake in one round, whole pounds.",
+        load_default=TableLimits().maximum,
+    )
+    chips_pence = ma.fields.List(
+        ma.fields.Integer(strict=True, validate=ma.validate.Range(min=1, max=MAX_PENCE)),
+        validate=ma.validate.Length(min=1, max=20),
+        metadata={"description": "The table's chips, smallest first (default £1 to £500)."},
+    )
+    currency = ma.fields.String(load_default="GBP", validate=ma.validate.OneOf(["GBP"]))
+    betting_window_seconds = ma.fields.Integer(
+        strict=True,
+        load_default=15,
+        validate=ma.validate.Range(min=1, max=MAX_BETTING_WINDOW_SECONDS),
+    )
 
 
 class TableListSchema(ma.Schema):
@@ -179,7 +237,7 @@ class Tables(MethodView):
         return table_settings(games.table(table_id)), 201, {"Location": location}
 
 
-@blp.route("/<table_id>", parameters=[TABLE_ID_PARAMETER])
+@blp.route("/<id:table_id>", parameters=[TABLE_ID_PARAMETER])
 class Table(MethodView):
     """One table's settings."""
 
@@ -187,10 +245,10 @@ class Table(MethodView):
     @blp.response(200, TableSchema)
     def get(self, table_id: str) -> dict[str, Any]:
         """Read a table's settings."""
-        return table_settings(container().games.table(checked_id("table_id", table_id)))
+        return table_settings(container().games.table(table_id))
 
 
-@blp.route("/<table_id>/state", parameters=[TABLE_ID_PARAMETER])
+@blp.route("/<id:table_id>/state", parameters=[TABLE_ID_PARAMETER])
 class TableState(MethodView):
     """One table's live state."""
 
@@ -198,4 +256,4 @@ class TableState(MethodView):
     @blp.response(200, LiveStateSchema)
     def get(self, table_id: str) -> dict[str, Any]:
         """Read a table's live state; a lapsed betting window is closed and dealt first."""
-        return live_state(container().games.live_state(checked_id("table_id", table_id)))
+        return live_state(container().games.live_state(table_id))

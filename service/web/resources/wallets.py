@@ -15,20 +15,20 @@ from service.application.appends import Receipt
 from service.application.keys import Role
 from service.application.streams import wallet_stream
 from service.application.wallets import Balance, StatementEntry
-from service.web.api import actor, container
+from service.web.api import Blueprint, actor, container
 from service.web.auth import READERS, roles
-from service.web.resources.schemas import (
+from service.web.fields import (
     DEFAULT_PAGE,
     MAX_PENCE,
     PLAYER_ID_PARAMETER,
     PageQuerySchema,
-    checked_id,
     pence_field,
     reason_field,
-    resource,
 )
 
-blp = resource("wallets", __name__, "/wallets", "Wallets: movements by ops, balances.")
+blp = Blueprint(
+    "wallets", __name__, url_prefix="/wallets", description="Wallets: movements by ops, balances."
+)
 
 
 class MovementSchema(ma.Schema):
@@ -151,7 +151,6 @@ Move = Callable[[str, int, str, Actor], Receipt]
 
 def _moved(player_id: str, movement: dict[str, Any], move: Move) -> dict[str, Any]:
     """Record a movement and answer with it and the wallet's balances just after it."""
-    player_id = checked_id("player_id", player_id)
     receipt = move(player_id, movement["amount_pence"], movement["reason"], actor())
     version = receipt.versions[wallet_stream(player_id)]
     (event,) = receipt.events
@@ -168,7 +167,7 @@ def _moved(player_id: str, movement: dict[str, Any], move: Move) -> dict[str, An
     }
 
 
-@blp.route("/<player_id>", parameters=[PLAYER_ID_PARAMETER])
+@blp.route("/<id:player_id>", parameters=[PLAYER_ID_PARAMETER])
 class Wallet(MethodView):
     """A player's wallet."""
 
@@ -180,14 +179,13 @@ class Wallet(MethodView):
         The read model follows the log within moments; `version` says which wallet version
         the figures are at.
         """
-        player_id = checked_id("player_id", player_id)
         read_models = container().projections
         if read_models is None:
             return _balance(container().wallets.balance(player_id))
         return _balance(read_models.balance(player_id))
 
 
-@blp.route("/<player_id>/deposits", parameters=[PLAYER_ID_PARAMETER])
+@blp.route("/<id:player_id>/deposits", parameters=[PLAYER_ID_PARAMETER])
 class Deposits(MethodView):
     """Money paid into a wallet."""
 
@@ -199,7 +197,7 @@ class Deposits(MethodView):
         return _moved(player_id, movement, container().wallets.deposit)
 
 
-@blp.route("/<player_id>/withdrawals", parameters=[PLAYER_ID_PARAMETER])
+@blp.route("/<id:player_id>/withdrawals", parameters=[PLAYER_ID_PARAMETER])
 class Withdrawals(MethodView):
     """Money paid out of a wallet."""
 
@@ -211,7 +209,7 @@ class Withdrawals(MethodView):
         return _moved(player_id, movement, container().wallets.withdraw)
 
 
-@blp.route("/<player_id>/corrections", parameters=[PLAYER_ID_PARAMETER])
+@blp.route("/<id:player_id>/corrections", parameters=[PLAYER_ID_PARAMETER])
 class Corrections(MethodView):
     """Corrections of a wallet's balance."""
 
@@ -223,7 +221,7 @@ class Corrections(MethodView):
         return _moved(player_id, movement, container().wallets.correct)
 
 
-@blp.route("/<player_id>/statement", parameters=[PLAYER_ID_PARAMETER])
+@blp.route("/<id:player_id>/statement", parameters=[PLAYER_ID_PARAMETER])
 class Statement(MethodView):
     """A wallet's own statement."""
 
@@ -232,7 +230,6 @@ class Statement(MethodView):
     @blp.response(200, StatementSchema)
     def get(self, page: dict[str, Any], player_id: str) -> dict[str, Any]:
         """Read a wallet's movements, newest first, with the balances after each."""
-        player_id = checked_id("player_id", player_id)
         limit = page.get("limit", DEFAULT_PAGE)
         # The read model; the wallet's own stream only in the in-memory wiring, which has none.
         reader = container().projections or container().wallets

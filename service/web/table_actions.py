@@ -1,26 +1,18 @@
-"""The schemas shared by the game's resources, and the one way a request body is parsed.
+"""What a table command did, read from the events its append recorded.
 
-Requests are strict: unknown fields are refused (marshmallow's RAISE), money is an integer
-number of pence (`fields.Integer(strict=True)`: no floats, strings, booleans, NaN or 1e400),
-capped at the wallet's largest single movement, and ids match ID_PATTERN. Responses name
-money `*_pence` and never carry a live shoe's seed or its undealt cards: a table command's
-answer is built from the events it appended, and only a revealed seed is one of those.
+Bets, seats and chat answer their commands alike: the acting player's round and seat, and
+everything the same append dealt or settled with it. A live shoe's seed and undealt cards are
+never part of it: only a revealed seed is one of the events.
 """
 
 from __future__ import annotations
 
-import json
-import re
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Final
 
-import flask
 import marshmallow as ma
-from webargs.flaskparser import FlaskParser
-from werkzeug.datastructures import MultiDict
 
-from domain.limits import TableLimits
 from domain.outcome import Spot
 from domain.round import (
     BetPlaced,
@@ -34,154 +26,17 @@ from domain.round import (
     RoundOpened,
     StakeReturned,
 )
-from domain.shoe import DEFAULT_DECKS
 from domain.table import (
-    MAX_DECKS,
-    MAX_SEATS,
     TABLE_EVENT_TYPES,
     PlayerLeft,
     PlayerRemoved,
     PlayerSat,
     ShoeOpened,
     ShoeRevealed,
-    Table,
     is_round_event,
 )
-from domain.wallet import MAX_AMOUNT
 from service.application.appends import Receipt
 from service.application.streams import table_stream
-from service.web.api import OPERATOR_PARAMETER, Blueprint
-from service.web.operators import player_field
-from service.web.problems import FieldError, Problem
-
-ID_PATTERN: Final = r"^[A-Za-z0-9_.-]{1,64}$"
-"""Table and player ids: 1 to 64 letters, digits, `_`, `.` or `-` (safe in a URL and a log)."""
-_ID: Final = re.compile(r"[A-Za-z0-9_.-]{1,64}")
-MAX_PENCE: Final = MAX_AMOUNT
-"""The largest amount a request may name, £1bn: anything larger is a typing error."""
-MAX_REASON_LENGTH: Final = 500
-MAX_BETTING_WINDOW_SECONDS: Final = 300
-DEFAULT_PAGE: Final = 50
-MAX_PAGE: Final = 500
-
-
-# Request parsing.
-
-
-class StrictJsonParser(FlaskParser):
-    """webargs' Flask parser, answering every undecodable body as malformed JSON.
-
-    The standard decoder raises ValueError for integers of more than 4,300 digits and
-    RecursionError for deeply nested arrays; both fit in a 16 KiB body and would otherwise
-    reach the view's caller as a 500.
-    """
-
-    def load_querystring(self, req: flask.Request, schema: ma.Schema) -> Any:
-        """The query's arguments, less `operator`: service.web.operators reads that one."""
-        args = MultiDict(req.args)
-        args.poplist(OPERATOR_PARAMETER)
-        return self._makeproxy(args, schema)
-
-    def _raw_load_json(self, req: flask.Request) -> Any:
-        try:
-            return super()._raw_load_json(req)
-        except json.JSONDecodeError:
-            raise
-        except (ValueError, RecursionError) as error:
-            # A non-empty `doc`: webargs reads an empty one as "no body" rather than a bad one.
-            raise json.JSONDecodeError(str(error)[:200], "(body)", 0) from error
-
-
-PARSER: Final = StrictJsonParser()
-
-
-def resource(name: str, import_name: str, url_prefix: str, description: str) -> Blueprint:
-    """A resource's Blueprint, parsing request bodies with the strict parser."""
-    blueprint = Blueprint(name, import_name, url_prefix=url_prefix, description=description)
-    blueprint.ARGUMENTS_PARSER = PARSER
-    return blueprint
-
-
-def checked_id(name: str, value: str) -> str:
-    """A path's table or player id if it matches ID_PATTERN, else a 422 naming the parameter."""
-    # A path's player id is a player key by now (service.web.operators): its id is checked.
-    checked = value.rpartition("/")[2] if name == "player_id" else value
-    if _ID.fullmatch(checked) is None:
-        raise Problem(
-            422,
-            "validation-failed",
-            f"{name}: must be 1 to 64 letters, digits, '_', '.' or '-'.",
-            errors=[FieldError(name, f"Does not match {ID_PATTERN}.", "path")],
-        )
-    return value
-
-
-def path_parameter(name: str, description: str) -> dict[str, Any]:
-    """The OpenAPI description of an id in the path, with its pattern."""
-    return {
-        "in": "path",
-        "name": name,
-        "required": True,
-        "description": description,
-        "schema": {"type": "string", "pattern": ID_PATTERN},
-    }
-
-
-TABLE_ID_PARAMETER: Final = path_parameter("table_id", "The table's id.")
-PLAYER_ID_PARAMETER: Final = path_parameter("player_id", "The player's id.")
-
-
-def _valid_id(value: str) -> None:
-    # fullmatch, because `$` in a marshmallow Regexp would also accept a trailing newline.
-    if _ID.fullmatch(value) is None:
-        raise ma.ValidationError(f"Must match {ID_PATTERN}.")
-
-
-def id_field(description: str) -> ma.fields.String:
-    """A required table or player id in a request body."""
-    return ma.fields.String(
-        required=True,
-        validate=_valid_id,
-        metadata={"description": description, "pattern": ID_PATTERN, "example": "alice"},
-    )
-
-
-def pence_field(description: str, *, minimum: int = 1, **options: Any) -> ma.fields.Integer:
-    """A required amount of pence: an integer (never a float, string or bool), bounded."""
-    return ma.fields.Integer(
-        strict=True,
-        validate=ma.validate.Range(min=minimum, max=MAX_PENCE),
-        metadata={"description": description},
-        **options,
-    )
-
-
-def reason_field(description: str) -> ma.fields.String:
-    """A required reason, 1 to 500 characters."""
-    return ma.fields.String(
-        required=True,
-        validate=ma.validate.Length(min=1, max=MAX_REASON_LENGTH),
-        metadata={"description": description},
-    )
-
-
-class PlayerSchema(ma.Schema):
-    """A body naming only the player who acts."""
-
-    player_id = player_field("The player who acts.")
-
-
-class PageQuerySchema(ma.Schema):
-    """How many of the latest entries to list."""
-
-    limit = ma.fields.Integer(
-        load_default=DEFAULT_PAGE,
-        validate=ma.validate.Range(min=1, max=MAX_PAGE),
-        metadata={"description": f"At most this many entries, 1 to {MAX_PAGE}."},
-    )
-
-
-# What a table command did, read from the events it appended.
 
 
 class BetEntrySchema(ma.Schema):
@@ -442,65 +297,3 @@ def _bet(event: BetPlaced | StakeReturned | BetSettled) -> dict[str, Any]:
         "spot": str(event.spot),
         "stake_pence": event.stake,
     }
-
-
-# Tables.
-
-
-class TableSchema(ma.Schema):
-    """A table's settings."""
-
-    table_id = ma.fields.String(required=True)
-    seats = ma.fields.Integer(required=True)
-    decks = ma.fields.Integer(required=True)
-    minimum_pence = ma.fields.Integer(required=True)
-    maximum_pence = ma.fields.Integer(required=True)
-    chips_pence = ma.fields.List(ma.fields.Integer(), required=True)
-    currency = ma.fields.String(required=True)
-    betting_window_ms = ma.fields.Integer(required=True)
-
-
-def table_settings(table: Table) -> dict[str, Any]:
-    """A table's settings as TableSchema writes them."""
-    settings = table.settings
-    return {
-        "table_id": table.table_id,
-        "seats": settings.seats,
-        "decks": settings.decks,
-        "minimum_pence": settings.limits.minimum,
-        "maximum_pence": settings.limits.maximum,
-        "chips_pence": list(settings.limits.chips),
-        "currency": settings.currency,
-        "betting_window_ms": settings.betting_window // timedelta(milliseconds=1),
-    }
-
-
-class NewTableSchema(ma.Schema):
-    """A new table's settings."""
-
-    table_id = id_field("The new table's id.")
-    # The defaults are the seed rules' table: 7 seats, 8 decks, £1 minimum, £2,500 maximum.
-    seats = ma.fields.Integer(
-        strict=True, load_default=MAX_SEATS, validate=ma.validate.Range(min=1, max=MAX_SEATS)
-    )
-    decks = ma.fields.Integer(
-        strict=True, load_default=DEFAULT_DECKS, validate=ma.validate.Range(min=1, max=MAX_DECKS)
-    )
-    minimum_pence = pence_field(
-        "The smallest bet, whole pounds.", load_default=TableLimits().minimum
-    )
-    maximum_pence = pence_field(
-        "The most a player may stake in one round, whole pounds.",
-        load_default=TableLimits().maximum,
-    )
-    chips_pence = ma.fields.List(
-        ma.fields.Integer(strict=True, validate=ma.validate.Range(min=1, max=MAX_PENCE)),
-        validate=ma.validate.Length(min=1, max=20),
-        metadata={"description": "The table's chips, smallest first (default £1 to £500)."},
-    )
-    currency = ma.fields.String(load_default="GBP", validate=ma.validate.OneOf(["GBP"]))
-    betting_window_seconds = ma.fields.Integer(
-        strict=True,
-        load_default=15,
-        validate=ma.validate.Range(min=1, max=MAX_BETTING_WINDOW_SECONDS),
-    )
