@@ -13,7 +13,13 @@ from enum import StrEnum
 from typing import Any
 
 from domain.cards import CARDS_PER_DECK, card_value, parse_card
-from domain.wallet import WALLET_EVENT_TYPES, Wallet, WalletEvent, evolve_wallet
+from domain.wallet import (
+    WALLET_EVENT_TYPES,
+    StakeReserved,
+    Wallet,
+    WalletEvent,
+    evolve_wallet,
+)
 from events.canonical import format_timestamp
 from events.store import EventStore, RecordedEvent
 from service.application.streams import TABLE, from_recorded_as, id_of, table_stream, wallet_stream
@@ -130,17 +136,26 @@ def _of_round(event: RecordedEvent, round_id: str) -> bool:
 def _balances(
     round_id: str, start: int, recorded: list[RecordedEvent]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The wallet before the round's first event, and after the last of its own events."""
-    ends = [e.position for e in recorded if _of_round(e, round_id)]
-    end = max(ends) if ends else start
+    """The wallet just before the round's first stake, and just after its last credit."""
+    # Bounded by the wallet's own events, never by the table's: the append that settles a
+    # round also opens the next, and writes the table stream (RoundOpened of the next round)
+    # before the wallets (PayoutCredited of this one), so the next round's RoundOpened can
+    # come before money that is still this wallet's balance when that round's first bet lands.
+    mine = [e.position for e in recorded if _of_round(e, round_id)]
+    stakes = [
+        e.position for e in recorded if _of_round(e, round_id) and e.type == StakeReserved.type
+    ]
+    # A participant who staked nothing here has no event of the round: both sides are then
+    # the wallet as the round opened.
+    first = min(stakes or mine or [start])
+    last = max(mine) if mine else first - 1
     wallet = before = Wallet(id_of(recorded[0].stream_id) if recorded else "")
     for stored in recorded:
-        if stored.position > end:
+        if stored.position > last:
             break
-        if stored.position < start:
-            before = wallet = evolve_wallet(wallet, _wallet_event(stored))
-        else:
-            wallet = evolve_wallet(wallet, _wallet_event(stored))
+        wallet = evolve_wallet(wallet, _wallet_event(stored))
+        if stored.position < first:
+            before = wallet
     return _balance(before), _balance(wallet)
 
 
