@@ -19,12 +19,11 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Final
 
+from domain.api_keys import ApiKeyCreated, ApiKeyRevoked
 from events.store import EventMetadata, EventStore, NewEvent, RecordedEvent, StreamAppend
 
 CATEGORY: Final = "apikey"
 KEY_PREFIX: Final = "sbx_"
-KEY_CREATED: Final = "ApiKeyCreated"
-KEY_REVOKED: Final = "ApiKeyRevoked"
 MAX_NAME_LENGTH: Final = 100
 MAX_REASON_LENGTH: Final = 500
 # A revocation reaches every worker within this many seconds of being appended.
@@ -124,7 +123,8 @@ def create_key(store: EventStore, name: str, role: Role, metadata: EventMetadata
     secret = generate_secret()
     digest = hash_key(secret)
     event = NewEvent(
-        KEY_CREATED, {"key_id": key_id, "name": name, "role": role.value, "key_sha256": digest}
+        ApiKeyCreated.type,
+        {"key_id": key_id, "name": name, "role": role.value, "key_sha256": digest},
     )
     store.append([StreamAppend(stream_id(key_id), 0, [event])], metadata)
     recorded = store.read_stream(stream_id(key_id))
@@ -139,7 +139,7 @@ def revoke_key(store: EventStore, key_id: str, reason: str, metadata: EventMetad
         raise UnknownApiKey(key_id)
     if _fold(recorded).revoked:
         raise ApiKeyAlreadyRevoked(key_id)
-    event = NewEvent(KEY_REVOKED, {"key_id": key_id, "reason": reason})
+    event = NewEvent(ApiKeyRevoked.type, {"key_id": key_id, "reason": reason})
     # The expected version makes two racing revocations record one reason, not two.
     store.append([StreamAppend(stream_id(key_id), len(recorded), [event])], metadata)
     return _fold(store.read_stream(stream_id(key_id)))
@@ -174,7 +174,7 @@ def _apply(keys: dict[str, ApiKey], event: RecordedEvent) -> None:
     """Evolve the key map by one recorded event."""
     payload = event.payload
     key_id = str(payload["key_id"])
-    if event.type == KEY_CREATED:
+    if event.type == ApiKeyCreated.type:
         keys[key_id] = ApiKey(
             key_id=key_id,
             name=str(payload["name"]),
@@ -182,7 +182,7 @@ def _apply(keys: dict[str, ApiKey], event: RecordedEvent) -> None:
             key_sha256=str(payload["key_sha256"]),
             created_at=event.recorded_at,
         )
-    elif event.type == KEY_REVOKED and key_id in keys:
+    elif event.type == ApiKeyRevoked.type and key_id in keys:
         keys[key_id] = replace(
             keys[key_id], revoked_at=event.recorded_at, revoke_reason=str(payload["reason"])
         )

@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from domain.table import ShoeOpened, ShoeRevealed
 from domain.wallet import WALLET_EVENT_TYPES, Wallet, WalletEvent, evolve_wallet
 from events.canonical import format_timestamp, metadata_document
 from events.store import EventStore, RecordedEvent
@@ -131,9 +132,9 @@ def _shoe_lines(store: EventStore, slice_: list[RecordedEvent]) -> Iterator[dict
             shoe_id = event.payload.get("shoe_id")
             if shoe_id not in shoe_ids:
                 continue
-            if event.type == "ShoeOpened":
+            if event.type == ShoeOpened.type:
                 opened[str(shoe_id)] = dict(event.payload)
-            elif event.type == "ShoeRevealed":
+            elif event.type == ShoeRevealed.type:
                 revealed[str(shoe_id)] = str(event.payload["server_seed"])
         for shoe_id in sorted(opened):
             published = opened[shoe_id]
