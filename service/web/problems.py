@@ -213,7 +213,7 @@ def domain_problem(error: DomainError) -> Problem:
     return Problem(
         domain_status(rule),
         "conflict",
-        f"{error} (rule {rule})",
+        error.message,  # which already ends with "(rule <rule>)": see DomainError
         title=doc[0] if doc else rule,
         type_uri=f"{PROBLEM_TYPE_BASE}rules/{rule}",
         extensions={"rule": rule},
