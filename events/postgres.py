@@ -54,7 +54,9 @@ Pool = ConnectionPool[Connection[TupleRow]]
 T = TypeVar("T")
 
 # migrations/0002: lock, idempotency key, versions, positions, hashes, insert and NOTIFY, all
-# in one statement run in autocommit, so that the statement is the whole transaction.
+# in one statement run in autocommit, so that the statement is the whole transaction. Since
+# 0004 it records max(our clock's reading, the head's recorded_at): the reading is taken
+# before the lock, and the log's time must never run backwards along its positions.
 _APPEND = "SELECT first_position, last_position, replayed_result FROM append_events(%s, %s, %s)"
 _CONCURRENCY_CONFLICT = "SB001"
 READ_AHEAD: Final = 2
