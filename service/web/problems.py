@@ -91,6 +91,8 @@ DOMAIN_RULE_STATUS: Final[Mapping[str, int]] = {
     "chat.player_removed": 409,
     "chat.player_not_seated": 409,
     "moderation.reason_required": 422,
+    # The scope is well formed; the table's state leaves it nothing to void.
+    "void.scope_voids_nothing": 409,
     # Families.
     "bet": 422,
     "table": 422,
