@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import click
 import psycopg
 
-from events.canonical import ChainBreak, verify_rows
+from events.canonical import BreakKind, ChainBreak, verify_rows
 from events.postgres import READ_AHEAD, Pool, PostgresEventStore, open_pool
 from events.store import GENESIS_HASH
 from service.embedded import database_url
@@ -67,10 +67,7 @@ def verify(from_position: int, batch_size: int) -> None:
         link, stream_id = broken
         if link.position > from_position:
             click.echo(f"positions {from_position}..{link.position - 1} verify")
-        click.echo(
-            f"BROKEN at position {link.position} (stream {stream_id}): {link.kind} expected"
-            f" {link.expected}, found {link.found}"
-        )
+        click.echo(f"BROKEN at position {link.position} (stream {stream_id}): {_what(link)}")
         raise click.exceptions.Exit(1)
     if last is None:
         click.echo(f"OK: no events from position {from_position} on")
@@ -80,6 +77,15 @@ def verify(from_position: int, batch_size: int) -> None:
             f"OK: {count} events verified, positions {from_position}..{last.position},"
             f" head hash {last.hash}"
         )
+
+
+def _what(link: ChainBreak) -> str:
+    """What is wrong at a broken link, on one line."""
+    if link.kind is BreakKind.UNREADABLE:
+        # A damaged value can be anything: keep the line one line.
+        found = " ".join(link.found.split())
+        return f"{link.expected} cannot be verified: {found}"
+    return f"{link.kind} expected {link.expected}, found {link.found}"
 
 
 def _hash_before(pool: Pool, position: int) -> str:
@@ -110,7 +116,18 @@ def _walk(
     shown_at = time.monotonic()
     # Raw rows as recorded (never upcast: the hash covers the payload as it was written),
     # read a batch ahead and rehashed without building an event object for each.
-    for rows in store.iter_rows(after, batch_size):
+    batches = store.iter_rows(after, batch_size)
+    while True:
+        try:
+            rows = next(batches, None)
+        except (psycopg.DataError, ValueError) as error:
+            # verify_rows names a damaged row itself; this is for damage the database driver
+            # cannot even hand over, so the batch, not the row, is what can be named.
+            unreadable = f"a row in positions {after + 1}..{after + batch_size}"
+            damaged = ChainBreak(after + 1, BreakKind.UNREADABLE, unreadable, str(error))
+            return (damaged, "unknown"), last
+        if rows is None:
+            return None, last
         link = verify_rows(rows, prev_hash, first_position=after + 1)
         if link is not None:
             found = next((row for row in rows if row[0] >= link.position), rows[0])
@@ -120,7 +137,6 @@ def _walk(
         if time.monotonic() - shown_at >= PROGRESS_EVERY_SECONDS:
             shown_at = time.monotonic()
             click.echo(f"... verified up to position {after} of {head}", err=True)
-    return None, last
 
 
 commands: list[click.Command] = [audit]
