@@ -53,6 +53,8 @@ from bench.common import (  # noqa: E402
     timed,
     timed_clients,
 )
+from domain.round import BetPlaced, RoundSettled  # noqa: E402
+from domain.wallet import PayoutCredited, StakeReserved  # noqa: E402
 from events.canonical import metadata_document, verify_chain, verify_rows  # noqa: E402
 from events.migrations import apply_migrations  # noqa: E402
 from events.postgres import PostgresEventStore, app_conninfo, open_pool  # noqa: E402
@@ -73,8 +75,10 @@ CONTENDERS = (SHOEBOX, RAW, PEER)
 SHORT_NAMES = {RAW: "raw", PEER: "es"}
 
 CLIENTS = 4
-ROUND_EVENTS = ("BetPlaced", "BetPlaced", "BetPlaced", "BetsClosed", "CoupDealt", "RoundSettled")
-WALLET_EVENTS = ("StakeReserved", "PayoutCredited")
+# Real event names where the shape is real; "BetsClosed" and "CoupDealt" stand in for the
+# several events of a close and a deal, so that a round is eight events in two streams.
+ROUND_EVENTS = (BetPlaced.type,) * 3 + ("BetsClosed", "CoupDealt", RoundSettled.type)
+WALLET_EVENTS = (StakeReserved.type, PayoutCredited.type)
 EVENTS_PER_ROUND = len(ROUND_EVENTS) + len(WALLET_EVENTS)
 SEED_ROUNDS_PER_APPEND = 64
 SPOTS = ("player", "banker", "tie")
@@ -124,7 +128,7 @@ def singles(run: str, client: int, count: int) -> list[Transaction]:
     stream_id = f"table:{run}c{client}"
     return [
         Transaction(
-            (StreamAppend(stream_id, n, (NewEvent("BetPlaced", bet_payload(stream_id, n)),)),),
+            (StreamAppend(stream_id, n, (NewEvent(BetPlaced.type, bet_payload(stream_id, n)),)),),
             request_metadata(n),
         )
         for n in range(count)

@@ -37,6 +37,7 @@ from domain.outcome import Spot  # noqa: E402
 from domain.round import (  # noqa: E402
     BetPlaced,
     BetSettled,
+    CardDrawn,
     DealPressed,
     RoundEvent,
     RoundOpened,
@@ -140,7 +141,7 @@ class LogWriter:
                         table_id, round_id, event.spot, event.stake, event.payout, event.commission
                     )
                 )
-        self.positions[table] += sum(1 for e in dealt if e.type == "CardDrawn")
+        self.positions[table] += sum(1 for e in dealt if isinstance(e, CardDrawn))
         self.coups[table] += 1
         events += round_events
         events += dealt

@@ -23,6 +23,7 @@ import time
 
 import orjson
 
+from domain.round import CoupCompleted
 from events.canonical import format_timestamp
 from events.store import RecordedEvent
 from tests.verifier.exportgen import Simulation, event_line
@@ -48,7 +49,7 @@ def write_export(path: str, shoes: int, players: int = 3) -> tuple[int, int]:
                 first.append(record)
             last[:] = [record]
             counts["events"] += 1
-            counts["coups"] += record.type == "CoupCompleted"
+            counts["coups"] += record.type == CoupCompleted.type
             body.write(orjson.dumps(event_line(record)) + b"\n")
 
         simulation = Simulation("bench", players, on_record=sink)

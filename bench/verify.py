@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 
 from domain.outcome import Spot
-from domain.round import BetSettled, Phase
+from domain.round import BetSettled, CoupCompleted, Phase
 from domain.shoe import ServerSeed
 from domain.table import (
     CreateTable,
@@ -36,6 +36,8 @@ from domain.table import (
     PressDeal,
     RetireShoe,
     RevealShoe,
+    ShoeOpened,
+    ShoeRevealed,
     SitDown,
     Table,
     TableEvent,
@@ -225,16 +227,16 @@ def write_export(path: str, shoes: int, players: int = 3) -> tuple[int, int]:
             for record in records:
                 file.write(dumps(event_line(record)) + b"\n")
                 payload = record.payload
-                if record.type == "ShoeOpened":
+                if record.type == ShoeOpened.type:
                     shoe_lines[str(payload["shoe_id"])] = {
                         "kind": "shoe",
                         "table_id": simulation.table_id,
                         **payload,
                         "server_seed": None,
                     }
-                elif record.type == "ShoeRevealed":
+                elif record.type == ShoeRevealed.type:
                     shoe_lines[str(payload["shoe_id"])]["server_seed"] = payload["server_seed"]
-                elif record.type == "CoupCompleted":
+                elif record.type == CoupCompleted.type:
                     rounds += 1
             events += len(records)
             head_position, head_hash = records[-1].position, records[-1].hash

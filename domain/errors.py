@@ -13,6 +13,11 @@ class DomainError(Exception):
     rule: ClassVar[str] = "domain.rule_broken"
 
     def __init__(self, message: str) -> None:
+        # The message names its rule once, at its end, whoever shows it (an HTTP problem, the
+        # command line): most messages end with "(rule ...)" already, the rest gain it here.
+        named = f"(rule {self.rule})"
+        if not message.endswith(named):
+            message = f"{message} {named}"
         super().__init__(message)
         self.message = message
 

@@ -375,6 +375,11 @@ class Round:
         """Whether anyone pressed Deal with a bet, so the coup is dealt rather than skipped."""
         return any(p.action is Action.PRESSED_DEAL and p.bets for p in self.participants)
 
+    @property
+    def holds_play(self) -> bool:
+        """Whether a void would undo anything: a stake still on the layout, or a card dealt."""
+        return bool(self.deal_events) or any(p.bets for p in self.participants)
+
     def window_closed(self, now: datetime) -> bool:
         """Whether the betting window's deadline has passed at `now`."""
         return now >= self.deadline

@@ -306,6 +306,12 @@ class MalfunctionScopeInvalid(RoundError):
     rule = "void.scope_invalid"
 
 
+class MalfunctionVoidsNothing(RoundError):
+    """A malfunction voids at least one round that holds a stake or a card."""
+
+    rule = "void.scope_voids_nothing"
+
+
 class ClientSeedNotRotated(ShoeError):
     """After ops rotate the next shoe's client seed, that shoe opens with it."""
 

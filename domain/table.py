@@ -61,6 +61,7 @@ from domain.round_errors import (
     InvalidTableSettings,
     MalfunctionNeedsAReason,
     MalfunctionScopeInvalid,
+    MalfunctionVoidsNothing,
     NoPlayersSeated,
     NoRoundUnderWay,
     NoShoeOpen,
@@ -927,6 +928,10 @@ def _declare_malfunction(table: Table, command: DeclareMalfunction) -> list[Tabl
     voided = [
         r for r in sorted(in_scope.values(), key=lambda r: r.number) if r.phase is not Phase.VOIDED
     ]
+    if not any(r.holds_play for r in voided):
+        # Most often current_round just after a coup: the settling append has already opened
+        # the next round, empty, and voiding it would leave the coup meant standing.
+        raise MalfunctionVoidsNothing(_voids_nothing(table, command, in_scope))
     events: list[TableEvent] = [
         MalfunctionDeclared(
             command.malfunction_id,
@@ -949,6 +954,20 @@ def _declare_malfunction(table: Table, command: DeclareMalfunction) -> list[Tabl
         retired = replace(table, shoe=replace(shoe, retired=True))
         events.append(_reveal_shoe(retired, shoe.shoe_id, command.server_seed))
     return events
+
+
+def _voids_nothing(table: Table, command: DeclareMalfunction, in_scope: Mapping[str, Round]) -> str:
+    named = ", ".join(sorted(in_scope)) or "no round"
+    message = f"the {command.scope} scope covers {named}, which holds no stake and no card"
+    current = table.round
+    if (
+        command.scope is MalfunctionScope.CURRENT_ROUND
+        and current is not None
+        and current.number > 1
+    ):
+        dealt = round_id_for(table.table_id, current.number - 1)
+        message += f"; to void the coup before it, use the rounds scope with round {dealt}"
+    return f"{message} (rule {MalfunctionVoidsNothing.rule})"
 
 
 def _remove(table: Table, player_id: str, reason: str) -> list[TableEvent]:

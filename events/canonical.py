@@ -246,6 +246,10 @@ class BreakKind(StrEnum):
     POSITION = "position"
     PREV_HASH = "prev_hash"
     HASH = "hash"
+    UNREADABLE = "unreadable"
+    """A column holds what no appended row can: a number beyond canonical JSON (a float, or
+    an integer outside 64 bits), a time outside years 1 to 9999. `expected` names the column,
+    `found` says what is wrong."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,38 +353,66 @@ def verify_rows(
         orjson.OPT_SORT_KEYS,
         hashlib.sha256,
     )
-    for row in rows:
-        position, stream_id, category, version, type_, schema_version = row[:6]
-        payload, metadata, recorded_at, row_prev_hash, row_hash = row[6:]
-        if expected_position is not None and position != expected_position:
-            return ChainBreak(
-                expected_position, BreakKind.POSITION, str(expected_position), str(position)
+    row: RecordedRow | None = None
+    # A damaged row must be named, never crash the walk: the try costs nothing until it raises
+    # (Python 3.11), and the row is examined column by column only once it has.
+    try:
+        for row in rows:
+            position, stream_id, category, version, type_, schema_version = row[:6]
+            payload, metadata, recorded_at, row_prev_hash, row_hash = row[6:]
+            if expected_position is not None and position != expected_position:
+                return ChainBreak(
+                    expected_position, BreakKind.POSITION, str(expected_position), str(position)
+                )
+            if row_prev_hash != prev_hash:
+                return ChainBreak(position, BreakKind.PREV_HASH, prev_hash, row_prev_hash)
+            if metadata != last_metadata_text:
+                last_metadata_text = metadata
+                metadata_json = loads(metadata)
+            if recorded_at != last_recorded_at:
+                last_recorded_at = recorded_at
+                recorded = format_timestamp(recorded_at)
+            document = dumps(
+                {
+                    "position": position,
+                    "stream_id": stream_id,
+                    "category": category,
+                    "version": version,
+                    "type": type_,
+                    "schema_version": schema_version,
+                    "payload": loads(payload),
+                    "metadata": metadata_json,
+                    "recorded_at": recorded,
+                },
+                option=sort_keys,
             )
-        if row_prev_hash != prev_hash:
-            return ChainBreak(position, BreakKind.PREV_HASH, prev_hash, row_prev_hash)
-        if metadata != last_metadata_text:
-            last_metadata_text = metadata
-            metadata_json = loads(metadata)
-        if recorded_at != last_recorded_at:
-            last_recorded_at = recorded_at
-            recorded = format_timestamp(recorded_at)
-        document = dumps(
-            {
-                "position": position,
-                "stream_id": stream_id,
-                "category": category,
-                "version": version,
-                "type": type_,
-                "schema_version": schema_version,
-                "payload": loads(payload),
-                "metadata": metadata_json,
-                "recorded_at": recorded,
-            },
-            option=sort_keys,
-        )
-        digest = sha256(prev_hash.encode("ascii") + document).hexdigest()
-        if row_hash != digest:
-            return ChainBreak(position, BreakKind.HASH, digest, row_hash)
-        prev_hash = digest
-        expected_position = position + 1
+            digest = sha256(prev_hash.encode("ascii") + document).hexdigest()
+            if row_hash != digest:
+                return ChainBreak(position, BreakKind.HASH, digest, row_hash)
+            prev_hash = digest
+            expected_position = position + 1
+    except (ValueError, TypeError, AttributeError, OverflowError) as error:
+        if row is None:
+            raise
+        return unreadable(row, error)
     return None
+
+
+def unreadable(row: Sequence[object], error: Exception) -> ChainBreak:
+    """The break for a row that cannot be rehashed: which column, and what is wrong with it."""
+    position = row[0] if isinstance(row[0], int) else -1
+    for index, column in ((6, "payload"), (7, "metadata")):
+        text = row[index]
+        try:
+            orjson.dumps(orjson.loads(text) if isinstance(text, str | bytes) else text)
+        except (ValueError, TypeError) as column_error:
+            return ChainBreak(position, BreakKind.UNREADABLE, column, _said(text, column_error))
+    recorded_at = row[8]
+    if not isinstance(recorded_at, datetime) or recorded_at.utcoffset() is None:
+        found = f"{recorded_at!s:.60} is not a UTC time in years 1 to 9999"
+        return ChainBreak(position, BreakKind.UNREADABLE, "recorded_at", found)
+    return ChainBreak(position, BreakKind.UNREADABLE, "row", _said(row, error))
+
+
+def _said(value: object, error: Exception) -> str:
+    return f"{value!s:.60} ({type(error).__name__}: {error})"

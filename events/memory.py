@@ -60,6 +60,10 @@ class InMemoryEventStore(EventStore):
                 if actual != stream.expected_version:
                     raise ConcurrencyConflict(stream.stream_id, stream.expected_version, actual)
             head_hash = self._log[-1].hash if self._log else GENESIS_HASH
+            if self._log:
+                # As append_events() does under its lock: the clock was read before the lock,
+                # and the log's time never runs backwards along its positions.
+                recorded_at = max(recorded_at, self._log[-1].recorded_at)
             records = chain_events(streams, metadata, recorded_at, len(self._log), head_hash)
             for record in records:
                 self._log.append(record)

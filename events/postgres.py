@@ -13,8 +13,10 @@ from typing import Any, Final, TypeVar, cast
 import orjson
 import psycopg
 from psycopg import Connection, sql
+from psycopg.abc import Buffer
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import RowMaker, TupleRow
+from psycopg.types.datetime import TimestamptzLoader
 from psycopg.types.json import set_json_loads
 from psycopg_pool import ConnectionPool
 
@@ -54,7 +56,9 @@ Pool = ConnectionPool[Connection[TupleRow]]
 T = TypeVar("T")
 
 # migrations/0002: lock, idempotency key, versions, positions, hashes, insert and NOTIFY, all
-# in one statement run in autocommit, so that the statement is the whole transaction.
+# in one statement run in autocommit, so that the statement is the whole transaction. Since
+# 0004 it records max(our clock's reading, the head's recorded_at): the reading is taken
+# before the lock, and the log's time must never run backwards along its positions.
 _APPEND = "SELECT first_position, last_position, replayed_result FROM append_events(%s, %s, %s)"
 _CONCURRENCY_CONFLICT = "SB001"
 READ_AHEAD: Final = 2
@@ -206,6 +210,20 @@ def _decode_rows(rows: list[RecordedRow]) -> list[RecordedEvent]:
 
 def _keep_rows(rows: list[RecordedRow]) -> list[RecordedRow]:
     return rows
+
+
+class _TimestampOrText(TimestamptzLoader):
+    """A timestamptz as a datetime, or as its text where Python has none ('infinity', 10000 AD).
+
+    For the rows a verifier reads: a damaged recorded_at must reach the chain check, which
+    names its position, instead of failing the whole batch's query with no position at all.
+    """
+
+    def load(self, data: Buffer) -> Any:  # a datetime, or the text of an unreadable one
+        try:
+            return super().load(data)
+        except psycopg.DataError:
+            return bytes(data).decode("utf-8", "replace")
 
 
 def append_documents(
@@ -363,7 +381,9 @@ class PostgresEventStore(EventStore):
         self, from_position: int = 0, batch_size: int = 1000, *, to_position: int | None = None
     ) -> Iterator[list[RecordedRow]]:
         """Every row after `from_position` as recorded, batched as `iter_all` does, to verify."""
-        return self._batches(_keep_rows, from_position, batch_size, None, None, to_position)
+        return self._batches(
+            _keep_rows, from_position, batch_size, None, None, to_position, as_recorded=True
+        )
 
     def _batches(
         self,
@@ -373,6 +393,8 @@ class PostgresEventStore(EventStore):
         categories: Collection[str] | None,
         types: Collection[str] | None,
         to_position: int | None,
+        *,
+        as_recorded: bool = False,
     ) -> Iterator[list[T]]:
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
@@ -392,7 +414,7 @@ class PostgresEventStore(EventStore):
                 while len(pending) < READ_AHEAD and after < head:
                     end = min(after + batch_size, head)
                     bounds = [after, end, *params]
-                    pending.append(ahead.submit(self._fetch, convert, query, bounds))
+                    pending.append(ahead.submit(self._fetch, convert, query, bounds, as_recorded))
                     after = end
                 if not pending:
                     # Everything up to the head is handed over: look again for later appends.
@@ -415,11 +437,15 @@ class PostgresEventStore(EventStore):
         convert: Callable[[list[RecordedRow]], list[T]],
         query: sql.Composed,
         params: Sequence[object],
+        as_recorded: bool = False,
     ) -> list[T]:
         # Converted on the read-ahead thread too: while one thread decodes, the other's query
         # runs on the server, and the caller gets a batch that is ready to use.
         with _one_statement(self._pool) as conn:
-            rows = conn.execute(query, params).fetchall()
+            cursor = conn.cursor()
+            if as_recorded:
+                cursor.adapters.register_loader("timestamptz", _TimestampOrText)
+            rows = cursor.execute(query, params).fetchall()
         return convert(cast("list[RecordedRow]", rows))
 
     def head(self) -> int:

@@ -13,8 +13,9 @@ the same message, so a verifier that trusts the old key learns the new one.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+import json
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, fields
 from datetime import datetime
 from typing import Final
 
@@ -222,3 +223,58 @@ class CheckpointService:
         event = NewEvent(CheckpointSigned.type, to_payload(checkpoint))  # type: ignore[arg-type]
         self._store.append([StreamAppend(STREAM, version, [event])], actor.metadata())
         return checkpoint
+
+
+def read_kept(lines: Iterable[str], source: str) -> list[CheckpointSigned]:
+    """The checkpoints of a kept file's JSON lines; CheckpointError names a bad line."""
+    found: list[CheckpointSigned] = []
+    names = {field.name for field in fields(CheckpointSigned)}
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            parsed = json.loads(line)
+        except ValueError as error:
+            raise CheckpointError(f"{source} line {number}: not JSON ({error})") from None
+        if not isinstance(parsed, dict) or parsed.get("kind") != "checkpoint":
+            raise CheckpointError(f"{source} line {number}: not a checkpoint")
+        given = {k: v for k, v in parsed.items() if k != "kind"}
+        if set(given) != names:
+            raise CheckpointError(f"{source} line {number}: needs exactly {sorted(names)}")
+        try:
+            checkpoint = CheckpointSigned(**given)
+            verify_signatures(checkpoint)
+        except (TypeError, ValueError, CheckpointError) as error:
+            raise CheckpointError(f"{source} line {number}: {error}") from None
+        found.append(checkpoint)
+    return found
+
+
+def check_kept(kept: Sequence[CheckpointSigned], hash_at: Callable[[int], str | None]) -> list[str]:
+    """What is wrong between kept checkpoints and a log, one line each; empty if it extends them.
+
+    The keys are followed in file order: the first is trusted as given, and each later key
+    must be endorsed by the one before. `hash_at` is the log's hash at a position, or None
+    where the log has no such event (a log cut short).
+    """
+    problems: list[str] = []
+    current: str | None = None
+    for checkpoint in kept:
+        try:
+            verify_signatures(checkpoint, previous=current)
+        except CheckpointError as error:
+            problems.append(f"checkpoint at position {checkpoint.position}: {error}")
+            continue
+        current = checkpoint.public_key
+        found = hash_at(checkpoint.position)
+        if found is None:
+            problems.append(
+                f"checkpoint at position {checkpoint.position}: the log has no such event;"
+                " it was cut short after the checkpoint was signed"
+            )
+        elif found != checkpoint.head_hash:
+            problems.append(
+                f"checkpoint at position {checkpoint.position}: the log's hash there is"
+                f" {found}, the signed head was {checkpoint.head_hash}; the log was rewritten"
+            )
+    return problems

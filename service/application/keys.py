@@ -19,6 +19,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Final
 
+from domain.api_keys import ApiKeyCreated, ApiKeyRevoked
 from events.store import (
     EventMetadata,
     EventStore,
@@ -31,8 +32,6 @@ from service.application.operators import DEFAULT_OPERATOR, checked_operator
 
 CATEGORY: Final = "apikey"
 KEY_PREFIX: Final = "sbx_"
-KEY_CREATED: Final = "ApiKeyCreated"
-KEY_REVOKED: Final = "ApiKeyRevoked"
 MAX_NAME_LENGTH: Final = 100
 MAX_REASON_LENGTH: Final = 500
 # A revocation reaches every worker within this many seconds of being appended.
@@ -156,7 +155,7 @@ def create_key(
     }
     if operator is not None:
         payload["operator"] = operator
-    event = NewEvent(KEY_CREATED, payload)
+    event = NewEvent(ApiKeyCreated.type, payload)
     store.append([StreamAppend(stream_id(key_id), 0, [event])], metadata)
     recorded = store.read_stream(stream_id(key_id))
     return IssuedKey(_fold(recorded), secret)
@@ -170,7 +169,7 @@ def revoke_key(store: EventStore, key_id: str, reason: str, metadata: EventMetad
         raise UnknownApiKey(key_id)
     if _fold(recorded).revoked:
         raise ApiKeyAlreadyRevoked(key_id)
-    event = NewEvent(KEY_REVOKED, {"key_id": key_id, "reason": reason})
+    event = NewEvent(ApiKeyRevoked.type, {"key_id": key_id, "reason": reason})
     # The expected version makes two racing revocations record one reason, not two.
     store.append([StreamAppend(stream_id(key_id), len(recorded), [event])], metadata)
     return _fold(store.read_stream(stream_id(key_id)))
@@ -205,7 +204,7 @@ def _apply(keys: dict[str, ApiKey], event: RecordedEvent) -> None:
     """Evolve the key map by one recorded event."""
     payload = event.payload
     key_id = str(payload["key_id"])
-    if event.type == KEY_CREATED:
+    if event.type == ApiKeyCreated.type:
         role = Role(str(payload["role"]))
         operator = payload.get("operator")
         # A key created before operators existed names none: a frontend one is the default's.
@@ -219,7 +218,7 @@ def _apply(keys: dict[str, ApiKey], event: RecordedEvent) -> None:
             created_at=event.recorded_at,
             operator=None if operator is None else str(operator),
         )
-    elif event.type == KEY_REVOKED and key_id in keys:
+    elif event.type == ApiKeyRevoked.type and key_id in keys:
         keys[key_id] = replace(
             keys[key_id], revoked_at=event.recorded_at, revoke_reason=str(payload["reason"])
         )

@@ -9,7 +9,8 @@ from pathlib import Path
 import click
 import psycopg
 
-from events.canonical import ChainBreak, verify_rows
+from domain.audit import CheckpointSigned
+from events.canonical import BreakKind, ChainBreak, verify_rows
 from events.postgres import READ_AHEAD, Pool, PostgresEventStore, open_pool
 from events.store import GENESIS_HASH, utc_now
 from service.embedded import database_url
@@ -48,8 +49,20 @@ def audit() -> None:
     show_default=True,
     help="Events read per query.",
 )
-def verify(from_position: int, batch_size: int) -> None:
-    """Walk the hash chain and name the first broken link; exit 1 if there is one."""
+@click.option(
+    "--checkpoint",
+    "kept_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Signed checkpoints you kept: the log must still hold each signed head.",
+)
+def verify(from_position: int, batch_size: int, kept_file: Path | None) -> None:
+    """Walk the hash chain and name the first broken link; exit 1 if there is one.
+
+    With --checkpoint, the log must also extend every checkpoint kept outside the database,
+    so a log cut short or rewritten and rehashed from some point on fails too.
+    """
+    kept = _kept(kept_file)
     try:
         # The batches read ahead each need a connection, and the head check one more.
         with (
@@ -60,6 +73,7 @@ def verify(from_position: int, batch_size: int) -> None:
             prev_hash = _hash_before(pool, from_position)
             head = store.head()
             broken, last = _walk(store, from_position, prev_hash, batch_size, head)
+            unmet = _unmet(pool, kept)
     except psycopg.errors.UndefinedTable as error:
         raise AuditUnavailable(
             "this database has no event log; run `shoebox migrate` first"
@@ -70,10 +84,11 @@ def verify(from_position: int, batch_size: int) -> None:
         link, stream_id = broken
         if link.position > from_position:
             click.echo(f"positions {from_position}..{link.position - 1} verify")
-        click.echo(
-            f"BROKEN at position {link.position} (stream {stream_id}): {link.kind} expected"
-            f" {link.expected}, found {link.found}"
-        )
+        click.echo(f"BROKEN at position {link.position} (stream {stream_id}): {_what(link)}")
+        raise click.exceptions.Exit(1)
+    if unmet:
+        for problem in unmet:
+            click.echo(f"BROKEN {problem}")
         raise click.exceptions.Exit(1)
     if last is None:
         click.echo(f"OK: no events from position {from_position} on")
@@ -83,6 +98,8 @@ def verify(from_position: int, batch_size: int) -> None:
             f"OK: {count} events verified, positions {from_position}..{last.position},"
             f" head hash {last.hash}"
         )
+    if kept:
+        click.echo(f"OK: the log extends all {len(kept)} kept checkpoints")
 
 
 @audit.command("checkpoint")
@@ -120,6 +137,41 @@ def checkpoint(out: Path | None) -> None:
     click.echo(json.dumps(document(signed), sort_keys=True, separators=(",", ":")))
 
 
+def _what(link: ChainBreak) -> str:
+    """What is wrong at a broken link, on one line."""
+    if link.kind is BreakKind.UNREADABLE:
+        # A damaged value can be anything: keep the line one line.
+        found = " ".join(link.found.split())
+        return f"{link.expected} cannot be verified: {found}"
+    return f"{link.kind} expected {link.expected}, found {link.found}"
+
+
+def _kept(path: Path | None) -> list[CheckpointSigned]:
+    if path is None:
+        return []
+    from service.application.checkpoints import CheckpointError, read_kept
+
+    try:
+        with path.open(encoding="utf-8", errors="strict") as lines:
+            return read_kept(lines, str(path))
+    except (CheckpointError, UnicodeDecodeError) as error:
+        raise AuditUnavailable(f"the kept checkpoints: {error}") from error
+
+
+def _unmet(pool: Pool, kept: list[CheckpointSigned]) -> list[str]:
+    if not kept:
+        return []
+    from service.application.checkpoints import check_kept
+
+    with pool.connection() as conn:
+        rows = conn.execute(
+            "SELECT position, hash FROM events WHERE position = ANY(%s)",
+            [[c.position for c in kept]],
+        ).fetchall()
+    hashes = {int(position): str(found) for position, found in rows}
+    return check_kept(kept, hashes.get)
+
+
 def _hash_before(pool: Pool, position: int) -> str:
     """The hash that the event at `position` must carry as its prev_hash."""
     if position == 1:
@@ -148,7 +200,18 @@ def _walk(
     shown_at = time.monotonic()
     # Raw rows as recorded (never upcast: the hash covers the payload as it was written),
     # read a batch ahead and rehashed without building an event object for each.
-    for rows in store.iter_rows(after, batch_size):
+    batches = store.iter_rows(after, batch_size)
+    while True:
+        try:
+            rows = next(batches, None)
+        except (psycopg.DataError, ValueError) as error:
+            # verify_rows names a damaged row itself; this is for damage the database driver
+            # cannot even hand over, so the batch, not the row, is what can be named.
+            unreadable = f"a row in positions {after + 1}..{after + batch_size}"
+            damaged = ChainBreak(after + 1, BreakKind.UNREADABLE, unreadable, str(error))
+            return (damaged, "unknown"), last
+        if rows is None:
+            return None, last
         link = verify_rows(rows, prev_hash, first_position=after + 1)
         if link is not None:
             found = next((row for row in rows if row[0] >= link.position), rows[0])
@@ -158,7 +221,6 @@ def _walk(
         if time.monotonic() - shown_at >= PROGRESS_EVERY_SECONDS:
             shown_at = time.monotonic()
             click.echo(f"... verified up to position {after} of {head}", err=True)
-    return None, last
 
 
 commands: list[click.Command] = [audit]

@@ -1,8 +1,10 @@
 """Writing a regulator's export: a contiguous slice of the log, its shoes and its wallets.
 
-The format is docs/verification.md. The slice is every event between the table's first and
-last event in the time range, whatever its stream, because the hash chain links each event to
-the one before it in the whole log: leaving other streams out would leave nothing to verify.
+The format is docs/verification.md. The slice is every event from the table's first event in
+the time range to its last, or further to the last wallet event (stake, return, credit,
+reversal) of any round the table has an event of in the range, whatever its stream, because
+the hash chain links each event to the one before it in the whole log: leaving other streams
+out would leave nothing to verify, and a round's money must be whole in the file.
 """
 
 from __future__ import annotations
@@ -13,11 +15,14 @@ from typing import Any
 
 import orjson
 
+from domain.audit import CheckpointSigned
+from domain.table import ShoeOpened, ShoeRevealed
 from domain.wallet import WALLET_EVENT_TYPES, Wallet, WalletEvent, evolve_wallet
 from events.canonical import format_timestamp, metadata_document
 from events.store import EventStore, RecordedEvent
+from service.application.checkpoints import document, from_recorded
 from service.application.operators import operator_of
-from service.application.streams import from_recorded_as, id_of, table_stream
+from service.application.streams import WALLET, from_recorded_as, id_of, table_stream
 from service.regulator.verification import EXPORT_FORMAT
 
 BATCH_SIZE = 5000
@@ -67,12 +72,7 @@ def build_export(
     store: EventStore, table_id: str, start: datetime, end: datetime
 ) -> Iterator[dict[str, Any]]:
     """The export's lines for one table's events recorded from `start` to `end` inclusive."""
-    stream = table_stream(table_id)
-    first = last = None
-    for event in _all_events(store):
-        if event.stream_id == stream and start <= event.recorded_at <= end:
-            first = event.position if first is None else first
-            last = event.position
+    first, last = _slice_bounds(store, table_id, start, end)
     slice_: list[RecordedEvent] = []
     if first is not None and last is not None:
         for event in _all_events(store):
@@ -94,6 +94,44 @@ def build_export(
         yield event_line(event)
     yield from _shoe_lines(store, slice_)
     yield from _wallet_lines(store, slice_)
+    if first is not None and last is not None:
+        yield from _checkpoint_lines(slice_, first, last)
+
+
+def _checkpoint_lines(
+    slice_: list[RecordedEvent], first: int, last: int
+) -> Iterator[dict[str, Any]]:
+    """The signed checkpoints recorded in the slice whose signed head lies in it too."""
+    for event in slice_:
+        if event.type != CheckpointSigned.type:
+            continue
+        checkpoint = from_recorded(event)
+        if first <= checkpoint.position <= last:
+            yield document(checkpoint)
+
+
+def _slice_bounds(
+    store: EventStore, table_id: str, start: datetime, end: datetime
+) -> tuple[int | None, int | None]:
+    """From the table's first event in the period to the last event its rounds' money needs."""
+    stream = table_stream(table_id)
+    first = last = None
+    rounds: set[object] = set()
+    # The last wallet event of each of this table's rounds, wherever it falls: the append that
+    # settles a coup writes the table stream before the wallets, so a period ending with the
+    # coup's table events would end before its PayoutCredited, and a later void reverses it.
+    money: dict[object, int] = {}
+    for event in _all_events(store):
+        if event.stream_id == stream and start <= event.recorded_at <= end:
+            first = event.position if first is None else first
+            last = event.position
+            if "round_id" in event.payload:
+                rounds.add(event.payload["round_id"])
+        elif event.category == WALLET and event.payload.get("table_id") == table_id:
+            money[event.payload.get("round_id")] = event.position
+    if last is not None:
+        last = max([last, *(money[r] for r in rounds if r in money)])
+    return first, last
 
 
 def _shoe_lines(store: EventStore, slice_: list[RecordedEvent]) -> Iterator[dict[str, Any]]:
@@ -111,9 +149,9 @@ def _shoe_lines(store: EventStore, slice_: list[RecordedEvent]) -> Iterator[dict
             shoe_id = event.payload.get("shoe_id")
             if shoe_id not in shoe_ids:
                 continue
-            if event.type == "ShoeOpened":
+            if event.type == ShoeOpened.type:
                 opened[str(shoe_id)] = dict(event.payload)
-            elif event.type == "ShoeRevealed":
+            elif event.type == ShoeRevealed.type:
                 revealed[str(shoe_id)] = str(event.payload["server_seed"])
         for shoe_id in sorted(opened):
             published = opened[shoe_id]

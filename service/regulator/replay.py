@@ -13,7 +13,31 @@ from enum import StrEnum
 from typing import Any
 
 from domain.cards import CARDS_PER_DECK, card_value, parse_card
-from domain.wallet import WALLET_EVENT_TYPES, Wallet, WalletEvent, evolve_wallet
+from domain.round import (
+    BetPlaced,
+    BetSettled,
+    CardDrawn,
+    CoupCompleted,
+    DealPressed,
+    DealResumed,
+    HandStood,
+    PlayerExcluded,
+    PlayerPassed,
+    RoundEndedWithoutPlay,
+    RoundOpened,
+    RoundSettled,
+    RoundVoided,
+    SettlementReversed,
+    StakeReturned,
+)
+from domain.table import ShoeOpened, ShoeRetired, ShoeRevealed
+from domain.wallet import (
+    WALLET_EVENT_TYPES,
+    StakeReserved,
+    Wallet,
+    WalletEvent,
+    evolve_wallet,
+)
 from events.canonical import format_timestamp
 from events.store import EventStore, RecordedEvent
 from service.application.streams import TABLE, from_recorded_as, id_of, table_stream, wallet_stream
@@ -53,12 +77,12 @@ def round_replay(store: EventStore, round_id: str) -> dict[str, Any]:
         raise NotInLogError(f"no round {round_id} in the log")
     types = {event.type for event in events}
     later_round = any(
-        e.type == "RoundOpened" and e.position > events[0].position for e in table_events
+        e.type == RoundOpened.type and e.position > events[0].position for e in table_events
     )
-    dealt = "CardDrawn" in types
-    if "RoundVoided" in types:
+    dealt = CardDrawn.type in types
+    if RoundVoided.type in types:
         status = RoundStatus.VOIDED
-    elif "RoundSettled" in types or "RoundEndedWithoutPlay" in types:
+    elif RoundSettled.type in types or RoundEndedWithoutPlay.type in types:
         status = RoundStatus.COMPLETE
     elif dealt or later_round:
         # Begun but never finished, and the table has moved on or the deal stopped part-way.
@@ -89,15 +113,17 @@ def round_replay(store: EventStore, round_id: str) -> dict[str, Any]:
         "events": [event_line(event) for event in related],
         "seats": _seats(events),
         "steps": list(_steps(events)),
-        "outcome": next((e.payload["outcome"] for e in events if e.type == "CoupCompleted"), None),
+        "outcome": next(
+            (e.payload["outcome"] for e in events if e.type == CoupCompleted.type), None
+        ),
         "settlements": [
             {
                 key: e.payload[key]
                 for key in ("seat", "player_id", "spot", "stake", "payout", "commission")
             }
-            | {"reversed": e.type == "SettlementReversed"}
+            | {"reversed": e.type == SettlementReversed.type}
             for e in events
-            if e.type in ("BetSettled", "SettlementReversed")
+            if e.type in (BetSettled.type, SettlementReversed.type)
         ],
         "wallets": [
             {"player_id": player, "before": before, "after": after}
@@ -109,7 +135,7 @@ def round_replay(store: EventStore, round_id: str) -> dict[str, Any]:
 def _participants(events: list[RecordedEvent]) -> list[str]:
     players: dict[str, None] = {}
     for event in events:
-        if event.type == "RoundOpened":
+        if event.type == RoundOpened.type:
             for _, player in _participant_pairs(event):
                 players[str(player)] = None
         elif "player_id" in event.payload:
@@ -130,17 +156,26 @@ def _of_round(event: RecordedEvent, round_id: str) -> bool:
 def _balances(
     round_id: str, start: int, recorded: list[RecordedEvent]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The wallet before the round's first event, and after the last of its own events."""
-    ends = [e.position for e in recorded if _of_round(e, round_id)]
-    end = max(ends) if ends else start
+    """The wallet just before the round's first stake, and just after its last credit."""
+    # Bounded by the wallet's own events, never by the table's: the append that settles a
+    # round also opens the next, and writes the table stream (RoundOpened of the next round)
+    # before the wallets (PayoutCredited of this one), so the next round's RoundOpened can
+    # come before money that is still this wallet's balance when that round's first bet lands.
+    mine = [e.position for e in recorded if _of_round(e, round_id)]
+    stakes = [
+        e.position for e in recorded if _of_round(e, round_id) and e.type == StakeReserved.type
+    ]
+    # A participant who staked nothing here has no event of the round: both sides are then
+    # the wallet as the round opened.
+    first = min(stakes or mine or [start])
+    last = max(mine) if mine else first - 1
     wallet = before = Wallet(id_of(recorded[0].stream_id) if recorded else "")
     for stored in recorded:
-        if stored.position > end:
+        if stored.position > last:
             break
-        if stored.position < start:
-            before = wallet = evolve_wallet(wallet, _wallet_event(stored))
-        else:
-            wallet = evolve_wallet(wallet, _wallet_event(stored))
+        wallet = evolve_wallet(wallet, _wallet_event(stored))
+        if stored.position < first:
+            before = wallet
     return _balance(before), _balance(wallet)
 
 
@@ -158,15 +193,18 @@ def _seats(events: list[RecordedEvent]) -> list[dict[str, Any]]:
     seats: dict[str, dict[str, Any]] = {}
     for event in events:
         payload = event.payload
-        if event.type == "RoundOpened":
+        if event.type == RoundOpened.type:
             for number, player in _participant_pairs(event):
                 seats[player] = {"seat": number, "player_id": player, "bets": {}, "action": None}
-        elif event.type in ("BetPlaced", "StakeReturned") and str(payload["player_id"]) in seats:
+        elif (
+            event.type in (BetPlaced.type, StakeReturned.type)
+            and str(payload["player_id"]) in seats
+        ):
             bets = seats[str(payload["player_id"])]["bets"]
-            sign = 1 if event.type == "BetPlaced" else -1
+            sign = 1 if event.type == BetPlaced.type else -1
             spot = str(payload["spot"])
             bets[spot] = bets.get(spot, 0) + sign * int(str(payload["stake"]))
-        elif event.type in ("DealPressed", "PlayerPassed", "PlayerExcluded"):
+        elif event.type in (DealPressed.type, PlayerPassed.type, PlayerExcluded.type):
             acted = seats.get(str(payload["player_id"]))
             if acted is not None:
                 acted["action"] = event.type
@@ -183,24 +221,24 @@ def _steps(events: list[RecordedEvent]) -> Iterator[str]:
         payload = event.payload
         when = format_timestamp(event.recorded_at)
         match event.type:
-            case "RoundOpened":
+            case RoundOpened.type:
                 yield f"{when} round {payload['number']} opens; betting until {payload['deadline']}"
-            case "BetPlaced":
+            case BetPlaced.type:
                 yield (
                     f"{when} seat {payload['seat']} ({payload['player_id']}) bets "
                     f"{payload['stake']}p on {payload['spot']}"
                 )
-            case "StakeReturned":
+            case StakeReturned.type:
                 yield (
                     f"{when} seat {payload['seat']} ({payload['player_id']}) gets back "
                     f"{payload['stake']}p on {payload['spot']} ({payload['reason']})"
                 )
-            case "DealPressed" | "PlayerPassed":
-                verb = "presses Deal" if event.type == "DealPressed" else "passes"
+            case DealPressed.type | PlayerPassed.type:
+                verb = "presses Deal" if event.type == DealPressed.type else "passes"
                 yield f"{when} seat {payload['seat']} ({payload['player_id']}) {verb}"
-            case "PlayerExcluded":
+            case PlayerExcluded.type:
                 yield f"{when} seat {payload['seat']} is excluded ({payload['reason']})"
-            case "CardDrawn":
+            case CardDrawn.type:
                 hand = str(payload["hand"])
                 hands[hand].append(card_value(parse_card(str(payload["card"]))))
                 total = sum(hands[hand]) % 10
@@ -208,31 +246,31 @@ def _steps(events: list[RecordedEvent]) -> Iterator[str]:
                     f"{when} {hand} draws {payload['card']} from shoe position "
                     f"{payload['position']}: {payload['reason']}; {hand} total {total}"
                 )
-            case "HandStood":
+            case HandStood.type:
                 yield f"{when} {payload['hand']} stands: {payload['reason']}"
-            case "CoupCompleted":
+            case CoupCompleted.type:
                 yield (
                     f"{when} Player {payload['player_total']}, Banker {payload['banker_total']}: "
                     f"{payload['outcome']} wins"
                 )
-            case "BetSettled":
+            case BetSettled.type:
                 yield (
                     f"{when} seat {payload['seat']} ({payload['player_id']}) {payload['stake']}p "
                     f"on {payload['spot']} is paid {payload['payout']}p "
                     f"(commission {payload['commission']}p)"
                 )
-            case "SettlementReversed":
+            case SettlementReversed.type:
                 yield (
                     f"{when} VOID: {payload['player_id']}'s payout of {payload['payout']}p is "
                     f"taken back and the {payload['stake']}p stake returned"
                 )
-            case "RoundVoided":
+            case RoundVoided.type:
                 yield f"{when} the round is VOIDED: {payload['reason']}"
-            case "DealResumed":
+            case DealResumed.type:
                 yield f"{when} an interrupted deal is resumed from the committed shoe"
-            case "RoundSettled":
+            case RoundSettled.type:
                 yield f"{when} the round is settled"
-            case "RoundEndedWithoutPlay":
+            case RoundEndedWithoutPlay.type:
                 yield f"{when} the round ends without play: no card was dealt"
             case _:
                 yield f"{when} {event.type}"
@@ -256,7 +294,7 @@ def find_shoe(store: EventStore, shoe_id: str) -> ShoeRecord:
     """The shoe's record from the table stream that opened it."""
     after = 0
     while True:
-        batch = store.read_all(after, _BATCH, categories=[TABLE], types=["ShoeOpened"])
+        batch = store.read_all(after, _BATCH, categories=[TABLE], types=[ShoeOpened.type])
         for event in batch:
             if event.payload.get("shoe_id") == shoe_id:
                 return _shoe_record(store, event.stream_id, shoe_id)
@@ -270,20 +308,20 @@ def _shoe_record(store: EventStore, stream_id: str, shoe_id: str) -> ShoeRecord:
     rounds = {
         str(e.payload["round_id"])
         for e in events
-        if e.type == "CardDrawn" and e.payload.get("shoe_id") == shoe_id
+        if e.type == CardDrawn.type and e.payload.get("shoe_id") == shoe_id
     }
     mine = [
         e
         for e in events
         if e.payload.get("shoe_id") == shoe_id or e.payload.get("round_id") in rounds
     ]
-    opened = next(e.payload for e in mine if e.type == "ShoeOpened")
-    revealed = next((e.payload for e in mine if e.type == "ShoeRevealed"), None)
+    opened = next(e.payload for e in mine if e.type == ShoeOpened.type)
+    revealed = next((e.payload for e in mine if e.type == ShoeRevealed.type), None)
     return ShoeRecord(
         table_id=id_of(stream_id),
         opened=opened,
         server_seed=None if revealed is None else str(revealed["server_seed"]),
-        retired=any(e.type == "ShoeRetired" for e in mine),
+        retired=any(e.type == ShoeRetired.type for e in mine),
         events=mine,
     )
 
@@ -291,8 +329,8 @@ def _shoe_record(store: EventStore, stream_id: str, shoe_id: str) -> ShoeRecord:
 def shoe_view(record: ShoeRecord) -> dict[str, Any]:
     """The shoe as published: the seed only once the shoe has retired and it was revealed."""
     opened = record.opened
-    dealt = sum(1 for e in record.events if e.type == "CoupCompleted")
-    cards = sum(1 for e in record.events if e.type == "CardDrawn")
+    dealt = sum(1 for e in record.events if e.type == CoupCompleted.type)
+    cards = sum(1 for e in record.events if e.type == CardDrawn.type)
     return {
         "shoe_id": opened["shoe_id"],
         "table_id": record.table_id,

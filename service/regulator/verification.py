@@ -20,11 +20,22 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from domain import wallet
 from domain.cards import card_code
 from domain.errors import DomainError, NotEnoughCards
 from domain.outcome import Outcome, Spot
 from domain.payouts import Settlement, settle
+from domain.round import (
+    BetPlaced,
+    BetSettled,
+    CardDrawn,
+    CoupCompleted,
+    HandStood,
+    SettlementReversed,
+    StakeReturned,
+)
 from domain.shoe import commitment, shuffle_shoe
+from domain.table import ShoeOpened, ShoeRevealed
 from domain.tableau import deal_coup
 
 EXPORT_FORMAT = "shoebox-export/1"
@@ -276,7 +287,7 @@ def _check_seeds(shoes: dict[str, _Shoe], events: list[_Event], report: Report) 
         if document.category != "table":
             continue
         payload = document.payload
-        if document.type == "ShoeOpened":
+        if document.type == ShoeOpened.type:
             shoe = shoes.get(payload["shoe_id"])
             published = (
                 payload["server_seed_hash"],
@@ -297,7 +308,7 @@ def _check_seeds(shoes: dict[str, _Shoe], events: list[_Event], report: Report) 
                     f"shoe {payload['shoe_id']}",
                     "the shoe line differs from its ShoeOpened event",
                 )
-        elif document.type == "ShoeRevealed":
+        elif document.type == ShoeRevealed.type:
             shoe = shoes.get(payload["shoe_id"])
             if shoe is None or shoe.server_seed != payload["server_seed"]:
                 report.add(
@@ -349,12 +360,14 @@ def _check_rounds(
         current = rounds.get(round_id)
         if current is None:
             current = rounds[round_id] = _Round(where=f"round {round_id}")
-        if type_ == "CardDrawn":
+        if type_ == CardDrawn.type:
             report.cards += 1
             shoe_id, position, card = payload["shoe_id"], payload["position"], payload["card"]
             if current.first_position is None:
                 current.first_position, current.shoe_id = position, shoe_id
-            current.deal.append(("CardDrawn", payload["hand"], position, card, payload["reason"]))
+            current.deal.append(
+                (CardDrawn.type, payload["hand"], position, card, payload["reason"])
+            )
             shoe = shoes.get(shoe_id)
             if shoe is None:
                 report.add(Check.CARD, current.where, f"card from unknown shoe {shoe_id}")
@@ -368,27 +381,27 @@ def _check_rounds(
                         f"{current.where}, shoe {shoe_id} position {position}",
                         f"the log says {card}, the re-derived shoe has {expected}",
                     )
-        elif type_ == "HandStood":
-            current.deal.append(("HandStood", payload["hand"], payload["reason"]))
-        elif type_ == "CoupCompleted":
+        elif type_ == HandStood.type:
+            current.deal.append((HandStood.type, payload["hand"], payload["reason"]))
+        elif type_ == CoupCompleted.type:
             current.outcome = payload["outcome"]
             current.deal.append(
                 (
-                    "CoupCompleted",
+                    CoupCompleted.type,
                     payload["player_total"],
                     payload["banker_total"],
                     payload["outcome"],
                 )
             )
-        elif type_ == "BetPlaced":
+        elif type_ == BetPlaced.type:
             key = (payload["player_id"], payload["spot"])
             current.stakes[key] = current.stakes.get(key, 0) + payload["stake"]
-        elif type_ == "StakeReturned":
+        elif type_ == StakeReturned.type:
             current.stakes.pop((payload["player_id"], payload["spot"]), None)
-        elif type_ == "BetSettled":
+        elif type_ == BetSettled.type:
             report.settlements += 1
             _check_settlement(current, payload, report)
-        elif type_ == "SettlementReversed":
+        elif type_ == SettlementReversed.type:
             key = (payload["player_id"], payload["spot"])
             reversed_ = (payload["stake"], payload["payout"], payload["commission"])
             if key in current.settled and current.settled[key] != reversed_:
@@ -450,7 +463,7 @@ def _check_tableau(current: _Round, shoes: dict[str, _Shoe], report: Report) -> 
         report.add(Check.TABLEAU, current.where, str(error))
         return
     expected: list[tuple[Any, ...]] = [
-        ("CardDrawn", str(drawn.hand), drawn.position, card_code(drawn.card), drawn.reason)
+        (CardDrawn.type, str(drawn.hand), drawn.position, card_code(drawn.card), drawn.reason)
         for drawn in coup.cards[:4]
     ]
     third_cards = iter(coup.cards[4:])
@@ -458,11 +471,17 @@ def _check_tableau(current: _Round, shoes: dict[str, _Shoe], report: Report) -> 
         if decision.draws:
             drawn = next(third_cards)
             expected.append(
-                ("CardDrawn", str(drawn.hand), drawn.position, card_code(drawn.card), drawn.reason)
+                (
+                    CardDrawn.type,
+                    str(drawn.hand),
+                    drawn.position,
+                    card_code(drawn.card),
+                    drawn.reason,
+                )
             )
         else:
-            expected.append(("HandStood", str(decision.hand), decision.reason))
-    expected.append(("CoupCompleted", coup.player_total, coup.banker_total, str(coup.outcome)))
+            expected.append((HandStood.type, str(decision.hand), decision.reason))
+    expected.append((CoupCompleted.type, coup.player_total, coup.banker_total, str(coup.outcome)))
     recorded = current.deal
     if len(recorded) < len(expected) and recorded == expected[: len(recorded)]:
         return  # the slice ends mid-coup, or the coup is still being dealt: a prefix agrees
@@ -513,16 +532,16 @@ def _check_wallets(
         available, reserved, stakes = held
         payload = document.payload
         type_ = document.type
-        if type_ in ("Deposited", "Corrected"):
+        if type_ in (wallet.Deposited.type, wallet.Corrected.type):
             available += payload["amount"]
-        elif type_ == "Withdrawn":
+        elif type_ == wallet.Withdrawn.type:
             available -= payload["amount"]
-        elif type_ == "StakeReserved":
+        elif type_ == wallet.StakeReserved.type:
             key = (payload["table_id"], payload["round_id"], payload["spot"])
             stakes[key] = stakes.get(key, 0) + payload["stake"]
             available -= payload["stake"]
             reserved += payload["stake"]
-        elif type_ in ("StakeReturned", "PayoutCredited"):
+        elif type_ in (wallet.StakeReturned.type, wallet.PayoutCredited.type):
             key = (payload["table_id"], payload["round_id"], payload["spot"])
             open_stake = stakes.pop(key, None)
             if open_stake != payload["stake"]:
@@ -532,12 +551,12 @@ def _check_wallets(
                     f"releases a {payload['stake']}p stake on {key[1]} {key[2]}, "
                     f"but {open_stake}p was reserved",
                 )
-            credit = payload["stake"] if type_ == "StakeReturned" else payload["payout"]
+            credit = payload["stake"] if type_ == wallet.StakeReturned.type else payload["payout"]
             available += credit
             reserved -= payload["stake"]
-            if type_ == "PayoutCredited":
+            if type_ == wallet.PayoutCredited.type:
                 _check_credit(rounds, player_id, payload, where, report)
-        elif type_ == "SettlementReversed":
+        elif type_ == wallet.SettlementReversed.type:
             available += payload["stake"] - payload["payout"]
         else:
             report.add(Check.WALLET, where, f"unknown wallet event {type_}")

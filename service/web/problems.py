@@ -95,6 +95,8 @@ DOMAIN_RULE_STATUS: Final[Mapping[str, int]] = {
     "chat.player_removed": 409,
     "chat.player_not_seated": 409,
     "moderation.reason_required": 422,
+    # The scope is well formed; the table's state leaves it nothing to void.
+    "void.scope_voids_nothing": 409,
     # Families.
     "bet": 422,
     "table": 422,
@@ -217,7 +219,7 @@ def domain_problem(error: DomainError) -> Problem:
     return Problem(
         domain_status(rule),
         "conflict",
-        f"{error} (rule {rule})",
+        error.message,  # which already ends with "(rule <rule>)": see DomainError
         title=doc[0] if doc else rule,
         type_uri=f"{PROBLEM_TYPE_BASE}rules/{rule}",
         extensions={"rule": rule},

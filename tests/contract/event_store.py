@@ -304,6 +304,22 @@ class EventStoreContract:
             assert event.recorded_at == datetime(2026, 6, 1, 10, 0, 0, 123456, tzinfo=UTC)
             assert event.recorded_at.utcoffset() == timedelta(0)
 
+    def test_recorded_at_never_runs_backwards_when_the_clock_does(
+        self, make_store: StoreFactory
+    ) -> None:
+        readings = iter([START, START + timedelta(seconds=5), START, START + timedelta(hours=1)])
+        store = make_store(clock=lambda: next(readings))
+        store.append(one("wallet:alice", 0, bet(1)), DEALER)
+        store.append(one("wallet:bob", 0, bet(2), bet(3)), DEALER)
+        # Read before the bob append's lock, this reading is older than the head.
+        store.append(one("wallet:carol", 0, bet(4), bet(5)), DEALER)
+        store.append(one("wallet:dave", 0, bet(6)), DEALER)
+
+        events = store.read_all(upcast=False)
+        times = [event.recorded_at for event in events]
+        assert times == [START] + [START + timedelta(seconds=5)] * 4 + [START + timedelta(hours=1)]
+        assert verify_chain(events) is None
+
     def test_a_naive_clock_reading_is_refused(self, make_store: StoreFactory) -> None:
         store = make_store(clock=lambda: datetime(2026, 6, 1, 12, 0))
         with pytest.raises(ValueError, match="naive"):

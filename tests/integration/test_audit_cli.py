@@ -151,3 +151,50 @@ def test_a_database_without_an_event_log_is_an_error_not_a_clean_bill(bare_datab
     result = verify(bare_database)
     assert result.exit_code == 2
     assert "no event log" in result.output
+
+
+DAMAGE = [
+    pytest.param(
+        "UPDATE events SET payload = '{\"stake\": 1e400}' WHERE position = 5",
+        "payload",
+        id="huge-number",
+    ),
+    pytest.param(
+        "UPDATE events SET payload = '{\"stake\": 1.5}' WHERE position = 5", "", id="float"
+    ),
+    pytest.param(
+        "UPDATE events SET payload = '[1, 2]' WHERE position = 5", "hash", id="not-an-object"
+    ),
+    pytest.param(
+        "UPDATE events SET metadata = '{\"actor\": 1e400}' WHERE position = 5",
+        "metadata",
+        id="metadata",
+    ),
+    pytest.param(
+        "UPDATE events SET recorded_at = 'infinity' WHERE position = 5",
+        "recorded_at",
+        id="infinity",
+    ),
+    pytest.param(
+        "UPDATE events SET recorded_at = '12000-01-01' WHERE position = 5",
+        "recorded_at",
+        id="year-12000",
+    ),
+    pytest.param("UPDATE events SET hash = 'x' WHERE position = 5", "", id="short-hash"),
+]
+
+
+@pytest.mark.parametrize(("statement", "column"), DAMAGE)
+def test_a_damaged_row_is_one_line_naming_its_position_never_a_traceback(
+    fresh_database: str, log: list[RecordedEvent], statement: str, column: str
+) -> None:
+    tamper(fresh_database, statement)
+
+    result = verify(fresh_database, "--batch-size", "3")
+
+    assert result.exit_code == 1, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert "Traceback" not in result.output
+    [line] = [line for line in result.output.splitlines() if "position 5" in line]
+    assert line.startswith("BROKEN at position 5 (stream ")
+    assert column in line

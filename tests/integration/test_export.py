@@ -81,3 +81,34 @@ def test_a_corrupted_export_fails_naming_the_card(
     assert result.exit_code == 1
     assert "chain:" in result.output
     assert "card:" in result.output
+
+
+def test_an_export_carries_its_periods_checkpoints_and_extends_a_kept_one(
+    app_pool: Pool, fresh_database: str, tmp_path: Path
+) -> None:
+    from service.application.actor import Actor
+    from service.application.checkpoints import CheckpointService, SigningKey, document
+
+    key = SigningKey.generate()
+    clock = [START]
+    store = PostgresEventStore(app_pool, lambda: clock[0])
+    signer = CheckpointService(store, lambda: clock[0], key)
+    kept = tmp_path / "kept.jsonl"
+    signatures: list[str] = []
+    for number, append in enumerate(Simulation("T1", players=2).appends(1)):
+        clock[0] = append.recorded_at
+        store.append(append.streams, DEALER)
+        if number == 40:
+            signed = signer.sign_head(Actor("checkpointer", "system"))
+            assert signed is not None
+            signatures.append(signed.signature)
+            kept.write_bytes(orjson.dumps(document(signed)) + b"\n")
+    path = tmp_path / "T1.jsonl"
+
+    lines = _export(fresh_database, path, "2026-11-30", "2026-12-01")
+    carried = [line for line in lines if line["kind"] == "checkpoint"]
+    arguments = ["verify", str(path), "--checkpoint", str(kept), "--trusted-key", key.public_key]
+    result = CliRunner().invoke(main, arguments)
+
+    assert [line["signature"] for line in carried] == signatures
+    assert result.exit_code == 0, result.output

@@ -9,12 +9,14 @@ import psycopg
 import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.types.json import Jsonb
 
 from events.canonical import (
     BreakKind,
     ChainBreak,
     chain_events,
     hash_event,
+    metadata_document,
     verify_chain,
     verify_rows,
 )
@@ -76,14 +78,49 @@ def test_triggers_stop_even_the_owner_from_changing_events(
     assert store.head() == 3
 
 
-def test_the_app_role_may_only_insert_and_select_on_events(fresh_database: str) -> None:
+def test_the_app_role_may_only_select_on_events(fresh_database: str) -> None:
     with psycopg.connect(fresh_database) as conn:
         rows = conn.execute(
             "SELECT privilege_type FROM information_schema.role_table_grants"
             " WHERE table_name = 'events' AND grantee = %s ORDER BY 1",
             [APP_ROLE],
         ).fetchall()
-    assert rows == [("INSERT",), ("SELECT",)]
+    assert rows == [("SELECT",)]
+
+
+def test_the_app_role_cannot_insert_an_event_past_the_append_function(
+    store: PostgresEventStore, fresh_database: str
+) -> None:
+    head = store.read_all(upcast=False)[-1]
+    [forged] = chain_events(
+        [StreamAppend("wallet:mallory", 0, [NewEvent("Deposited", {"amount": 10**9})])],
+        DEALER,
+        head.recorded_at,
+        head.position,
+        head.hash,
+    )
+
+    with (
+        psycopg.connect(app_conninfo(fresh_database, environ={})) as conn,
+        pytest.raises(psycopg.errors.InsufficientPrivilege),
+    ):
+        conn.execute(
+            "INSERT INTO events VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            [
+                forged.position,
+                forged.stream_id,
+                forged.category,
+                forged.version,
+                forged.type,
+                forged.schema_version,
+                Jsonb(forged.payload),
+                Jsonb(metadata_document(DEALER)),
+                forged.recorded_at,
+                forged.prev_hash,
+                forged.hash,
+            ],
+        )
+    assert store.head() == 3
 
 
 def _tamper(fresh_database: str, statement: str) -> None:

@@ -24,7 +24,7 @@ def test_a_replayed_round_and_its_revealed_shoe_verify_against_the_log(app_pool:
     api.ok(
         "POST",
         "/v1/tables/T1/malfunctions",
-        {"reason": "end of test session", "scope": "current_round"},
+        {"reason": "end of test session", "scope": "rounds", "round_ids": ["T1-2"]},
         role=Role.OPS,
         status=201,
     )

@@ -355,3 +355,23 @@ def test_verify_chain_agrees_with_hash_event_on_every_link() -> None:
     log = _shared_metadata_log()
     assert [hash_event(e) for e in log] == [e.hash for e in log]
     assert verify_chain(log) is None
+
+
+@pytest.mark.parametrize(
+    ("column", "damage"),
+    [
+        ("payload", {6: '{"stake": 1e400}'}),
+        ("metadata", {7: "{not json"}),
+        ("recorded_at", {8: "infinity"}),
+    ],
+)
+def test_verify_rows_names_a_damaged_row_instead_of_raising(
+    column: str, damage: dict[int, object]
+) -> None:
+    rows = [as_row(e) for e in _shared_metadata_log()]
+    damaged = tuple(damage.get(i, value) for i, value in enumerate(rows[2]))
+
+    found = verify_rows([*rows[:2], damaged, *rows[3:]])  # type: ignore[list-item]
+
+    assert found is not None
+    assert (found.position, found.kind, found.expected) == (3, BreakKind.UNREADABLE, column)

@@ -157,3 +157,25 @@ def test_regulators_read_the_checkpoints_a_page_at_a_time() -> None:
     independent.parse(line)  # exactly a checkpoint file's line
     status, _ = api.refused("GET", "/v1/audit/checkpoints")
     assert status == 403
+
+
+def test_kept_checkpoints_catch_a_rewritten_log_and_a_key_nobody_endorsed() -> None:
+    from service.application.checkpoints import check_kept
+
+    store = _store_with_events(2)
+    signed = CheckpointService(store, Clock(), KEY_1).sign_head(SYSTEM)
+    assert signed is not None
+    hashes: dict[int, str] = {2: signed.head_hash}
+    assert check_kept([signed], hashes.get) == []
+    (rewritten,) = check_kept([signed], {2: "0" * 64}.get)
+    assert "rewritten" in rewritten
+    nothing: dict[int, str] = {}
+    (cut,) = check_kept([signed], nothing.get)
+    assert "cut short" in cut
+    _append_one(store, "wallet:more")
+    elsewhere = InMemoryEventStore()
+    _append_one(elsewhere, "wallet:x")
+    foreign = CheckpointService(elsewhere, Clock(), KEY_2).sign_head(SYSTEM)
+    assert foreign is not None
+    (unendorsed,) = check_kept([signed, foreign], {2: signed.head_hash, 1: foreign.head_hash}.get)
+    assert "without the old key's signature" in unendorsed

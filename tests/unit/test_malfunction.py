@@ -121,6 +121,42 @@ def test_a_time_range_voids_the_rounds_opened_in_it() -> None:
     assert api.available("alice") == FLOAT
 
 
+def test_current_round_right_after_a_coup_is_refused_as_voiding_nothing() -> None:
+    api, _ = _table_with_round()
+    api.act("T1", "deal", "alice")
+    head = api.store.head()
+
+    status, problem = api.refused(
+        "POST",
+        "/v1/tables/T1/malfunctions",
+        {"reason": "misdeal", "scope": "current_round"},
+        role=Role.OPS,
+    )
+
+    assert status == 409
+    assert problem["rule"] == "void.scope_voids_nothing"
+    assert "T1-2" in problem["detail"]
+    assert "T1-1" in problem["detail"]  # the coup the operator most likely meant
+    assert api.store.head() == head
+    assert api.available("alice") == FLOAT + 1_000
+
+
+def test_a_scope_whose_rounds_are_already_void_is_refused() -> None:
+    api, _ = _table_with_round()
+    api.act("T1", "deal", "alice")
+    _declare(api, {"reason": "misdeal", "scope": "rounds", "round_ids": ["T1-1"]})
+
+    status, problem = api.refused(
+        "POST",
+        "/v1/tables/T1/malfunctions",
+        {"reason": "again", "scope": "rounds", "round_ids": ["T1-1"]},
+        role=Role.OPS,
+    )
+
+    assert status == 409
+    assert problem["rule"] == "void.scope_voids_nothing"
+
+
 def test_a_suspended_table_refuses_play_until_ops_reopen_it() -> None:
     api, _ = _table_with_round()
     _declare(api, {"reason": "fault", "scope": "current_round"})

@@ -54,6 +54,17 @@ def test_a_round_due_but_not_dealt_is_completed_from_the_committed_shoe() -> Non
     assert api.ok("GET", "/v1/wallets/alice", role=Role.OPS)["reserved_pence"] == 0
 
 
+def test_a_completed_recovery_is_listed_as_a_significant_event() -> None:
+    api = _round_left_due()
+
+    recover(api.store, _games(api), api.clock)
+
+    page = api.ok("GET", "/v1/audit/significant-events?limit=500", role=Role.REGULATOR)
+    recovered = [e for e in page["events"] if e["kind"] == "recovery"]
+    assert {e["type"] for e in recovered} >= {"CardDrawn", "CoupCompleted", "PayoutCredited"}
+    assert {e["who"] for e in recovered} == {RECOVERY.actor_id}
+
+
 def test_a_table_with_nothing_due_is_left_alone() -> None:
     api = _round_left_due()
     recover(api.store, _games(api), api.clock)

@@ -29,8 +29,10 @@ from service.web.problems import (
     DOMAIN_RULE_STATUS,
     PROBLEM_MIMETYPE,
     PROBLEM_TYPE_BASE,
+    domain_problem,
     domain_status,
 )
+from tests.api_harness import Api
 
 NOW = datetime(2025, 3, 7, 12, 0, tzinfo=UTC)
 SECRET_INTERNALS = "password=hunter2 at 10.0.0.7"
@@ -185,6 +187,25 @@ def test_a_refused_state_rule_is_a_409_naming_the_rule(
     document = assert_problem(client.get(f"/v1/probe/raise/{kind}"), 409)
     assert document["rule"] == rule
     assert rule in document["detail"]
+
+
+@pytest.mark.parametrize("message", ["seat 3 is taken", "seat 3 is taken (rule seat.taken)"])
+def test_a_refusal_names_its_rule_once_whether_or_not_its_message_did(message: str) -> None:
+    problem = domain_problem(SeatTaken(message))
+
+    assert problem.detail == "seat 3 is taken (rule seat.taken)"
+
+
+def test_a_refusal_from_the_game_names_its_rule_once() -> None:
+    api = Api()
+    api.create_table("T1")
+    api.sit("T1", "alice", 1)
+
+    _, document = api.refused("POST", "/v1/tables/T1/seats", {"player_id": "bob", "seat": 1})
+
+    assert document["rule"] == "seat.taken"
+    assert document["detail"].count("(rule seat.taken)") == 1
+    assert "rule" not in document["detail"].removesuffix("(rule seat.taken)")
 
 
 @pytest.mark.parametrize("kind", ["domain-table-missing", "service-table-missing"])

@@ -73,6 +73,33 @@ def test_a_settled_round_replays_its_cards_reasons_payouts_and_balances() -> Non
     assert positions == sorted(positions)
 
 
+def test_a_replay_balances_start_at_the_rounds_first_stake_not_at_its_opening() -> None:
+    # The append that settles round 1 opens round 2 on the table stream before it credits
+    # round 1's payout to the wallet, so round 2's RoundOpened precedes that credit.
+    seed = seed_dealing((Outcome.BANKER, Outcome.PLAYER))
+    api = Api(seeds=(seed,))
+    api.create_table("T1")
+    api.fund("alice")
+    api.sit("T1", "alice", 1)
+    api.bet("T1", "alice", "banker", 1_000)
+    api.act("T1", "deal", "alice")
+    after_first = api.available("alice")
+    api.bet("T1", "alice", "player", 500)
+    api.act("T1", "deal", "alice")
+
+    replay = api.ok("GET", "/v1/rounds/T1-2/replay", role=Role.REGULATOR)
+
+    assert after_first == FLOAT + 950
+    assert replay["wallets"] == [
+        {
+            "player_id": "alice",
+            "before": {"available": after_first, "reserved": 0},
+            "after": {"available": api.available("alice"), "reserved": 0},
+        }
+    ]
+    assert api.available("alice") == after_first + 500
+
+
 def test_a_round_still_betting_replays_as_in_progress() -> None:
     api = Api()
     api.create_table("T1")

@@ -2,7 +2,22 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from domain.api_keys import ApiKeyCreated, ApiKeyRevoked
+from domain.events import EVENT_TYPE_NAMES
+from domain.player_limits import PlayerLimitSet
+from domain.round import DealResumed, RoundVoided, SettlementReversed
+from domain.table import (
+    ClientSeedRotated,
+    MalfunctionDeclared,
+    TableCreated,
+    TableReopened,
+    TableSuspended,
+)
+from domain.wallet import Corrected, Deposited, Withdrawn
 from service.application.keys import Role
+from service.regulator.significant import SIGNIFICANT_TYPES
 from tests.api_harness import Api
 
 
@@ -66,3 +81,28 @@ def test_players_cannot_read_the_significant_event_log() -> None:
     status, _ = api.refused("GET", "/v1/audit/significant-events", role=Role.FRONTEND)
 
     assert status == 403
+
+
+def test_every_significant_type_is_an_event_the_domain_defines() -> None:
+    assert set(SIGNIFICANT_TYPES) <= EVENT_TYPE_NAMES
+
+
+def test_every_operator_malfunction_void_and_key_type_is_significant() -> None:
+    must: set[type[Any]] = {
+        TableCreated,
+        MalfunctionDeclared,
+        TableSuspended,
+        TableReopened,
+        ClientSeedRotated,
+        RoundVoided,
+        SettlementReversed,
+        DealResumed,
+        Deposited,
+        Withdrawn,
+        Corrected,
+        ApiKeyCreated,
+        ApiKeyRevoked,
+        PlayerLimitSet,
+    }
+
+    assert {cls.type for cls in must} <= set(SIGNIFICANT_TYPES)

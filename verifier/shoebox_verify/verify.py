@@ -21,6 +21,7 @@ from typing import IO, Any
 
 from shoebox_verify import checkpoints as cp
 from shoebox_verify import rules
+from shoebox_verify.events import EVENT_TYPES
 from shoebox_verify.export import (
     DOCUMENT_KEYS,
     EVENT_KEYS,
@@ -522,6 +523,8 @@ class Verifier:
         self._chain(document, number, position, prev_hash, hash_, where)
         if category != stream_id.partition(":")[0]:
             report.add("chain", str(where), f"category {category!r} is not the stream's")
+        if type_ not in EVENT_TYPES:
+            report.add("format", str(where), f"unknown event type {type_!r}")
         last_version = self._versions.get(stream_id)
         if last_version is not None and version != last_version + 1:
             report.add(

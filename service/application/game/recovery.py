@@ -25,7 +25,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from domain.round import Phase, Round
-from domain.table import MalfunctionScope, Table, evolve
+from domain.table import MalfunctionScope, Table, TableCreated, evolve
 from events.store import EventStore
 from service.application.actor import Actor
 from service.application.malfunctions import MalfunctionService, Scope
@@ -126,7 +126,7 @@ def _table_ids(store: EventStore) -> list[str]:
     table_ids: list[str] = []
     after = 0
     while True:
-        page = store.read_all(after, 1000, categories=[TABLE], types=["TableCreated"])
+        page = store.read_all(after, 1000, categories=[TABLE], types=[TableCreated.type])
         if not page:
             return table_ids
         table_ids.extend(id_of(event.stream_id) for event in page)

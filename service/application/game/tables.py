@@ -52,6 +52,7 @@ from domain.table import (
     Shoe,
     SitDown,
     Table,
+    TableCreated,
     TableEvent,
     TableSettings,
     UnmutePlayer,
@@ -359,7 +360,7 @@ class GameService:
         position = 0
         while True:
             page = self._store.read_all(
-                position, limit=1000, categories=[TABLE], types=["TableCreated"]
+                position, limit=1000, categories=[TABLE], types=[TableCreated.type]
             )
             if not page:
                 break

@@ -15,6 +15,8 @@ from typing import Any, Final
 from psycopg import Connection
 from psycopg.rows import TupleRow
 
+from domain.round import BetSettled, SettlementReversed
+from domain.table import TableCreated
 from events.projections.base import Projection, add_rows, insert_new, load_rows
 from events.store import RecordedEvent
 from service.application.operators import operator_of
@@ -34,7 +36,7 @@ class LedgerProjection(Projection):
         reversed_rounds = {
             e.payload["round_id"]
             for e in events
-            if e.category == "table" and e.type == "SettlementReversed"
+            if e.category == "table" and e.type == SettlementReversed.type
         }
         days: dict[str, list[Any]] = load_rows(
             conn,
@@ -51,14 +53,14 @@ class LedgerProjection(Projection):
                 continue
             kind = event.type
             payload: Any = event.payload
-            if kind == "TableCreated":
+            if kind == TableCreated.type:
                 decks.append((event.stream_id.partition(":")[2], payload["decks"]))
                 continue
-            if kind != "BetSettled" and kind != "SettlementReversed":
+            if kind != BetSettled.type and kind != SettlementReversed.type:
                 continue
             round_id = payload["round_id"]
             table_id = event.stream_id.partition(":")[2]
-            if kind == "BetSettled":
+            if kind == BetSettled.type:
                 sign = 1
                 known = days.get(round_id)
                 if known is None:

@@ -12,6 +12,7 @@ from typing import Any, Final
 from psycopg import Connection
 from psycopg.rows import TupleRow
 
+from domain.round import BetSettled, SettlementReversed
 from events.projections.base import Projection, add_rows
 from events.store import RecordedEvent
 
@@ -33,14 +34,14 @@ class PlayersProjection(Projection):
             if event.category != "table":
                 continue
             kind = event.type
-            if kind != "BetSettled" and kind != "SettlementReversed":
+            if kind != BetSettled.type and kind != SettlementReversed.type:
                 continue
             payload: Any = event.payload
             key = (payload["player_id"], payload["round_id"])
             row = totals.get(key)
             if row is None:
                 row = totals[key] = [event.stream_id.partition(":")[2], 0, 0, 0, False]
-            sign = 1 if kind == "BetSettled" else -1
+            sign = 1 if kind == BetSettled.type else -1
             row[1] += sign * payload["stake"]
             row[2] += sign * payload["payout"]
             row[3] += sign * payload["commission"]

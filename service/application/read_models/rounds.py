@@ -13,6 +13,18 @@ from psycopg import Connection
 from psycopg.rows import TupleRow
 from psycopg.types.json import Jsonb
 
+from domain.round import (
+    BetPlaced,
+    BetSettled,
+    CardDrawn,
+    CoupCompleted,
+    RoundEndedWithoutPlay,
+    RoundOpened,
+    RoundSettled,
+    RoundVoided,
+    SettlementReversed,
+    StakeReturned,
+)
 from events.projections.base import Projection, by_key, insert_new, load_rows, upsert
 from events.store import RecordedEvent
 
@@ -66,16 +78,16 @@ REVERSED: Final = "reversed"
 # The table-stream events this model reads; the rest (seats, chat moderation) it skips.
 _ROUND_TYPES: Final = frozenset(
     {
-        "RoundOpened",
-        "BetPlaced",
-        "StakeReturned",
-        "CardDrawn",
-        "CoupCompleted",
-        "BetSettled",
-        "RoundSettled",
-        "RoundEndedWithoutPlay",
-        "SettlementReversed",
-        "RoundVoided",
+        RoundOpened.type,
+        BetPlaced.type,
+        StakeReturned.type,
+        CardDrawn.type,
+        CoupCompleted.type,
+        BetSettled.type,
+        RoundSettled.type,
+        RoundEndedWithoutPlay.type,
+        SettlementReversed.type,
+        RoundVoided.type,
     }
 )
 
@@ -97,7 +109,7 @@ class RoundsProjection(Projection):
             self.table("proj_rounds"),
             ROUND_COLUMNS,
             "round_id",
-            {e.payload["round_id"] for e in mine if e.type != "RoundOpened"},  # type: ignore[misc]
+            {e.payload["round_id"] for e in mine if e.type != RoundOpened.type},  # type: ignore[misc]
         )
         for loaded in rounds.values():
             loaded[_CARDS], loaded[_BETS] = _json(loaded[_CARDS]), _json(loaded[_BETS])
@@ -105,14 +117,14 @@ class RoundsProjection(Projection):
         for event in mine:
             payload: Any = event.payload
             round_id = payload["round_id"]
-            if event.type == "RoundOpened":
+            if event.type == RoundOpened.type:
                 rounds[round_id] = _opened(event)
                 continue
             row = rounds.get(round_id)
             if row is None:
                 raise ValueError(f"{event.type} at {event.position} is for unknown {round_id}")
             _fold(row, event, payload)
-            if event.type == "BetPlaced":
+            if event.type == BetPlaced.type:
                 players.append((payload["player_id"], round_id, row[_POSITION]))
         upsert(conn, self.table("proj_rounds"), ("round_id",), ROUND_COLUMNS, by_key(rounds))
         insert_new(
@@ -168,7 +180,7 @@ def _bet(bets: list[dict[str, Any]], player_id: str, spot: str) -> dict[str, Any
 def _fold(row: list[Any], event: RecordedEvent, payload: Any) -> None:
     kind = event.type
     bets: list[dict[str, Any]] = row[_BETS].obj
-    if kind == "BetPlaced":
+    if kind == BetPlaced.type:
         bet = _bet(bets, payload["player_id"], payload["spot"])
         if bet is None or bet["returned"] is not None:
             bets.append(
@@ -184,11 +196,11 @@ def _fold(row: list[Any], event: RecordedEvent, payload: Any) -> None:
             )
         else:
             bet["stake"] += payload["stake"]
-    elif kind == "StakeReturned":
+    elif kind == StakeReturned.type:
         bet = _bet(bets, payload["player_id"], payload["spot"])
         if bet is not None:
             bet["returned"] = payload["reason"]
-    elif kind == "CardDrawn":
+    elif kind == CardDrawn.type:
         row[_SHOE] = payload["shoe_id"]
         row[_STATUS] = DEALING
         row[_CARDS].obj.append(
@@ -199,11 +211,11 @@ def _fold(row: list[Any], event: RecordedEvent, payload: Any) -> None:
                 "reason": payload["reason"],
             }
         )
-    elif kind == "CoupCompleted":
+    elif kind == CoupCompleted.type:
         row[_OUTCOME] = payload["outcome"]
         row[_PLAYER_TOTAL] = payload["player_total"]
         row[_BANKER_TOTAL] = payload["banker_total"]
-    elif kind == "BetSettled":
+    elif kind == BetSettled.type:
         bet = _bet(bets, payload["player_id"], payload["spot"])
         if bet is None:
             raise ValueError(f"BetSettled at {event.position} settles a bet never placed")
@@ -211,17 +223,17 @@ def _fold(row: list[Any], event: RecordedEvent, payload: Any) -> None:
         row[_WAGERED] += payload["stake"]
         row[_PAID] += payload["payout"]
         row[_COMMISSION] += payload["commission"]
-    elif kind == "RoundSettled":
+    elif kind == RoundSettled.type:
         row[_STATUS], row[_ENDED] = SETTLED, event.recorded_at
-    elif kind == "RoundEndedWithoutPlay":
+    elif kind == RoundEndedWithoutPlay.type:
         row[_STATUS], row[_ENDED] = ENDED_WITHOUT_PLAY, event.recorded_at
-    elif kind == "SettlementReversed":
+    elif kind == SettlementReversed.type:
         bet = _bet(bets, payload["player_id"], payload["spot"])
         if bet is not None:
             bet["returned"] = REVERSED
         row[_WAGERED] -= payload["stake"]
         row[_PAID] -= payload["payout"]
         row[_COMMISSION] -= payload["commission"]
-    elif kind == "RoundVoided":
+    elif kind == RoundVoided.type:
         row[_STATUS], row[_VOIDED], row[_VOID_REASON] = VOIDED, True, payload["reason"]
         row[_ENDED] = event.recorded_at

@@ -13,11 +13,15 @@ from typing import Any, Final
 from psycopg import Connection, sql
 from psycopg.rows import TupleRow
 
+from domain.round import CoupCompleted, RoundVoided
+from domain.table import ShoeOpened, TableCreated
 from events.projections.base import Projection, by_key, insert_new, load_rows, upsert
 from events.store import RecordedEvent
 
 COUP_COLUMNS: Final = ("round_id", "table_id", "shoe_id", "position", "outcome", "voided")
-_TYPES: Final = frozenset({"TableCreated", "ShoeOpened", "CoupCompleted", "RoundVoided"})
+_TYPES: Final = frozenset(
+    {TableCreated.type, ShoeOpened.type, CoupCompleted.type, RoundVoided.type}
+)
 
 
 class StatisticsProjection(Projection):
@@ -37,18 +41,18 @@ class StatisticsProjection(Projection):
             self.table("proj_tables"),
             ("decks", "current_shoe"),
             "table_id",
-            {e.stream_id.partition(":")[2] for e in mine if e.type != "TableCreated"},
+            {e.stream_id.partition(":")[2] for e in mine if e.type != TableCreated.type},
         )
         coups: list[tuple[Any, ...]] = []
         voided: list[str] = []
         for event in mine:
             payload: Any = event.payload
             table_id = event.stream_id.partition(":")[2]
-            if event.type == "TableCreated":
+            if event.type == TableCreated.type:
                 tables[table_id] = [payload["decks"], None]
-            elif event.type == "ShoeOpened":
+            elif event.type == ShoeOpened.type:
                 tables[table_id][1] = payload["shoe_id"]
-            elif event.type == "CoupCompleted":
+            elif event.type == CoupCompleted.type:
                 # The coup is dealt from the open shoe: its retirement follows in the same append.
                 shoe_id = tables[table_id][1]
                 coups.append(

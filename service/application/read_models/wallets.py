@@ -14,6 +14,15 @@ from typing import Any, Final
 from psycopg import Connection
 from psycopg.rows import TupleRow
 
+from domain.wallet import (
+    Corrected,
+    Deposited,
+    PayoutCredited,
+    SettlementReversed,
+    StakeReserved,
+    StakeReturned,
+    Withdrawn,
+)
 from events.projections.base import (
     Projection,
     by_key,
@@ -93,10 +102,10 @@ def _fold(wallet: list[Any], player_id: str, event: RecordedEvent) -> str:
     kind = event.type
     available = reserved = 0
     reason = table_id = round_id = spot = stake = payout = commission = None
-    if kind == "Deposited" or kind == "Withdrawn" or kind == "Corrected":
+    if kind == Deposited.type or kind == Withdrawn.type or kind == Corrected.type:
         amount = payload["amount"]
         reason = payload["reason"]
-        if kind == "Withdrawn":
+        if kind == Withdrawn.type:
             available = -amount
             wallet[_DEBITS] += amount
         else:
@@ -112,15 +121,15 @@ def _fold(wallet: list[Any], player_id: str, event: RecordedEvent) -> str:
             payload["spot"],
             payload["stake"],
         )
-        if kind == "StakeReserved":
+        if kind == StakeReserved.type:
             available, reserved = -stake, stake
-        elif kind == "StakeReturned":
+        elif kind == StakeReturned.type:
             available, reserved = stake, -stake
             reason = payload["reason"]
-        elif kind == "PayoutCredited":
+        elif kind == PayoutCredited.type:
             payout, commission = payload["payout"], payload["commission"]
             available, reserved = payout, -stake
-        elif kind == "SettlementReversed":
+        elif kind == SettlementReversed.type:
             payout, commission = payload["payout"], payload["commission"]
             available = stake - payout
         else:

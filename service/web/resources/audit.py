@@ -1,7 +1,8 @@
 """The significant-event log: operator actions, malfunctions, voids, recoveries, keys, limits.
 
 It is read straight from the event log, so it cannot disagree with it: an entry is an event of
-one of the significant types, or any event an operator (role `ops` or the `cli`) appended.
+one of the significant types, or any event an operator or recovery appended
+(service/regulator/significant.py).
 Each entry says when, who, in which role, why (the event's reason, when it has one) and what
 changed (its stream and facts). Listing scans the log; a projection can replace the scan
 without changing the answer.
@@ -20,6 +21,7 @@ from flask.views import MethodView
 from events.canonical import format_timestamp
 from events.store import EventStore, RecordedEvent
 from service.application.keys import Role
+from service.regulator.significant import KINDS, kind_of
 from service.web.api import Blueprint, container
 from service.web.auth import roles
 from service.web.fields import DEFAULT_PAGE, MAX_PAGE, id_field, instant_field
@@ -28,27 +30,6 @@ blp = Blueprint(
     "audit", __name__, url_prefix="/audit", description="Audit: the significant-event log."
 )
 
-SIGNIFICANT_TYPES: Final[dict[str, str]] = {
-    "TableCreated": "operator",
-    "PlayerMuted": "moderation",
-    "PlayerUnmuted": "moderation",
-    "PlayerRemoved": "moderation",
-    "RoundVoided": "void",
-    "SettlementReversed": "void",
-    "DealResumed": "recovery",
-    "RoundRecovered": "recovery",
-    "MalfunctionDeclared": "malfunction",
-    "TableSuspended": "malfunction",
-    "TableReopened": "operator",
-    "ClientSeedRotated": "operator",
-    "Deposited": "operator",
-    "Withdrawn": "operator",
-    "Corrected": "operator",
-    "ApiKeyCreated": "apikey",
-    "ApiKeyRevoked": "apikey",
-    "PlayerLimitSet": "limit",
-}
-OPERATOR_ROLES: Final = frozenset({"ops", "cli"})
 _BATCH: Final = 5000
 
 
@@ -61,14 +42,6 @@ class Filters:
     table_id: str | None = None
     start: datetime | None = None
     end: datetime | None = None
-
-
-def kind_of(event: RecordedEvent) -> str | None:
-    """The significant-event kind of an event, or None when it is routine play."""
-    kind = SIGNIFICANT_TYPES.get(event.type)
-    if kind is None and event.metadata.role in OPERATOR_ROLES:
-        return "operator"
-    return kind
 
 
 def _matches(event: RecordedEvent, filters: Filters) -> bool:
@@ -152,9 +125,7 @@ class SignificantEventSchema(ma.Schema):
     position = ma.fields.Integer(required=True)
     kind = ma.fields.String(
         required=True,
-        metadata={
-            "enum": ["operator", "moderation", "void", "recovery", "malfunction", "apikey", "limit"]
-        },
+        metadata={"enum": list(KINDS)},
     )
     type = ma.fields.String(required=True)
     when = ma.fields.String(required=True)

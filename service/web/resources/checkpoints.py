@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 import marshmallow as ma
@@ -91,4 +92,4 @@ class Checkpoints(MethodView):
 
 
 def _fields(checkpoint: CheckpointSigned) -> dict[str, Any]:
-    return {name: getattr(checkpoint, name) for name in CheckpointSigned.__dataclass_fields__}
+    return asdict(checkpoint)

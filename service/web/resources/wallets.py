@@ -10,6 +10,7 @@ from typing import Any
 import marshmallow as ma
 from flask.views import MethodView
 
+from domain.wallet import Corrected, Deposited, Withdrawn
 from service.application.actor import Actor
 from service.application.appends import Receipt
 from service.application.keys import Role
@@ -68,7 +69,7 @@ class MovementResultSchema(BalanceSchema):
     """A movement recorded, and the balances after it."""
 
     type = ma.fields.String(
-        required=True, metadata={"enum": ["Deposited", "Withdrawn", "Corrected"]}
+        required=True, metadata={"enum": [Deposited.type, Withdrawn.type, Corrected.type]}
     )
     amount_pence = ma.fields.Integer(required=True)
     reason = ma.fields.String(required=True)
