@@ -1055,43 +1055,66 @@ def _current(table: Table) -> Round:
 def evolve(table: Table | None, event: TableEvent) -> Table:
     """The table after `event`; `TableCreated` starts it from nothing."""
     if isinstance(event, TableCreated):
-        return Table(
-            table_id=event.table_id,
-            settings=TableSettings(
-                seats=event.seats,
-                limits=TableLimits(
-                    minimum=event.minimum, maximum=event.maximum, chips=tuple(event.chips)
-                ),
-                betting_window=event.betting_window_ms * _MILLISECOND,
-                decks=event.decks,
-                currency=event.currency,
-            ),
-            seats=(None,) * event.seats,
-        )
+        return _created(event)
     if table is None:
         raise ValueError(f"a table's first event is TableCreated, not {event.type}")
-    if isinstance(event, PlayerSat):
-        return _with_seat(table, event.seat, Seat(event.seat, event.player_id))
-    if isinstance(event, PlayerLeft):
-        return _with_seat(table, event.seat, None)
+    if isinstance(event, PlayerSat | PlayerLeft | PlayerMuted | PlayerUnmuted | PlayerRemoved):
+        return _evolve_players(table, event)
     if isinstance(event, ShoeOpened | ShoeRetired | ShoeRevealed):
         return _evolve_shoe(table, event)
-    if isinstance(event, TableSuspended):
-        return replace(table, suspended_by=event.malfunction_id)
-    if isinstance(event, TableReopened):
-        return replace(table, suspended_by=None)
-    if isinstance(event, ClientSeedRotated):
-        return replace(table, next_client_seed=event.client_seed)
-    if isinstance(event, MalfunctionDeclared):
-        return table
-    if isinstance(event, PlayerMuted):
-        return replace(table, muted=table.muted | {event.player_id})
-    if isinstance(event, PlayerUnmuted):
-        return replace(table, muted=table.muted - {event.player_id})
-    if isinstance(event, PlayerRemoved):
-        if event.seat is not None:
-            table = _with_seat(table, event.seat, None)
-        return replace(table, removed=table.removed | {event.player_id})
+    if isinstance(event, MalfunctionDeclared | TableSuspended | TableReopened | ClientSeedRotated):
+        return _evolve_malfunction(table, event)
+    return _evolve_round(table, event)
+
+
+def _created(event: TableCreated) -> Table:
+    return Table(
+        table_id=event.table_id,
+        settings=TableSettings(
+            seats=event.seats,
+            limits=TableLimits(
+                minimum=event.minimum, maximum=event.maximum, chips=tuple(event.chips)
+            ),
+            betting_window=event.betting_window_ms * _MILLISECOND,
+            decks=event.decks,
+            currency=event.currency,
+        ),
+        seats=(None,) * event.seats,
+    )
+
+
+def _evolve_players(
+    table: Table, event: PlayerSat | PlayerLeft | PlayerMuted | PlayerUnmuted | PlayerRemoved
+) -> Table:
+    match event:
+        case PlayerSat():
+            return _with_seat(table, event.seat, Seat(event.seat, event.player_id))
+        case PlayerLeft():
+            return _with_seat(table, event.seat, None)
+        case PlayerMuted():
+            return replace(table, muted=table.muted | {event.player_id})
+        case PlayerUnmuted():
+            return replace(table, muted=table.muted - {event.player_id})
+        case PlayerRemoved():
+            if event.seat is not None:
+                table = _with_seat(table, event.seat, None)
+            return replace(table, removed=table.removed | {event.player_id})
+
+
+def _evolve_malfunction(table: Table, event: MalfunctionEvent) -> Table:
+    match event:
+        case MalfunctionDeclared():
+            # The voids and the suspension that follow it in the same append change the table.
+            return table
+        case TableSuspended():
+            return replace(table, suspended_by=event.malfunction_id)
+        case TableReopened():
+            return replace(table, suspended_by=None)
+        case ClientSeedRotated():
+            return replace(table, next_client_seed=event.client_seed)
+
+
+def _evolve_round(table: Table, event: RoundEvent) -> Table:
     if isinstance(event, RoundOpened):
         return replace(table, rounds_opened=event.number, round=evolve_round(None, event))
     current = table.round
