@@ -23,6 +23,7 @@ from service.embedded import (
     ServerBinaryNotFoundError,
     ServerStartTimeoutError,
 )
+from service.embedded.redis import redis_answers
 from service.runtime.settings import Settings, SettingsError
 
 
@@ -155,7 +156,7 @@ def test_embedded_redis_answers_ping_set_and_get(tmp_path: Path) -> None:
             assert client.get("shoe") == b"S1"
         finally:
             client.close()
-    assert not embedded._redis_answers(port)
+    assert not redis_answers(port)
 
 
 def test_second_redis_handle_shares_the_running_server(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from service.application.game.tables import GameService
 from service.application.keys import Role
 from service.application.read_models import projector as read_models
 from service.application.read_models.queries import ProjectionService
-from service.embedded import _redis_server_binary
+from service.embedded.redis import redis_server_binary
 from service.runtime import jobs
 from service.runtime.container import Container
 from service.runtime.scheduler import WINDOW_QUEUE, RqWindowScheduler, redis_for_requests
@@ -52,7 +52,7 @@ class PrivateRedis:
     def start(self) -> None:
         self.process = subprocess.Popen(
             [
-                str(_redis_server_binary()),
+                str(redis_server_binary()),
                 *("--port", str(self.port), "--bind", "127.0.0.1"),
                 *("--save", "", "--appendonly", "no", "--dir", str(self.directory)),
             ],
