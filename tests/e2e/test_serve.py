@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from service.cli import main
-from tests.ports import free_port
+from tests.ports import listening_socket, port_of
 
 START_TIMEOUT_SECONDS = 30.0
 SHOEBOX = Path(sys.executable).with_name("shoebox")
@@ -34,17 +34,22 @@ def get(url: str, secret: str | None = None) -> tuple[int, dict[str, str], bytes
 
 @pytest.fixture
 def server(database_url: str) -> Iterator[str]:
-    """A `shoebox serve` process on a free port, stopped with SIGTERM afterwards."""
-    port = free_port()
+    """A `shoebox serve` process on a socket of ours, stopped with SIGTERM afterwards."""
     environment = {**os.environ, "DATABASE_URL": database_url}
     environment.pop("SHOEBOX_APP_DATABASE_URL", None)
-    process = subprocess.Popen(
-        [str(SHOEBOX), "serve", "--bind", f"127.0.0.1:{port}", "--workers", "2", "--threads", "2"],
-        env=environment,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}"
+    # The server accepts on our socket, which we close once it holds its own copy.
+    with listening_socket() as listener:
+        base = f"http://127.0.0.1:{port_of(listener)}"
+        process = subprocess.Popen(
+            [
+                *(str(SHOEBOX), "serve", "--bind", f"fd://{listener.fileno()}"),
+                *("--workers", "2", "--threads", "2"),
+            ],
+            env=environment,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            pass_fds=[listener.fileno()],
+        )
     try:
         deadline = time.monotonic() + START_TIMEOUT_SECONDS
         while True:
