@@ -539,7 +539,13 @@ def test_bets_removed_free_the_round_maximum_again() -> None:
     game.open()
     game.bet("alice", Spot.PLAYER, 250_000)
     game.run(RemoveBets("alice"))
-    game.bet("alice", Spot.BANKER, 250_000)
+    assert game.run(PlaceBet("alice", Spot.BANKER, 250_000)) == [
+        BetPlaced("round-1", 1, "alice", Spot.BANKER, 250_000)
+    ]
+    assert game.state.round is not None
+    participant = game.state.round.participant("alice")
+    assert participant is not None
+    assert participant.bets == (Bet(Spot.BANKER, 250_000),)
 
 
 def test_removing_bets_when_there_are_none_is_refused() -> None:
