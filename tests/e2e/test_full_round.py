@@ -206,6 +206,7 @@ def await_job(redis_url: str, job_id: str, timeout: float) -> Job:
         connection.close()
 
 
+@pytest.mark.slow
 def test_four_players_one_pass_one_timeout_dealt_by_the_worker_and_paid_by_the_rules(
     shoebox: str, database_url: str, redis_url: str
 ) -> None:

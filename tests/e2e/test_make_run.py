@@ -22,6 +22,9 @@ import pytest
 
 from tests.ports import free_port
 
+# Each test starts both embedded servers and every Shoebox process, for seconds each.
+pytestmark = pytest.mark.slow
+
 SHOEBOX = Path(sys.executable).with_name("shoebox")
 START_TIMEOUT_SECONDS = 120.0
 STOP_TIMEOUT_SECONDS = 60.0

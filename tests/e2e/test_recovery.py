@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 from click.testing import CliRunner
 
 from service.cli import main
@@ -100,6 +101,7 @@ def key(database_url: str, role: str) -> str:
     return str(created.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_a_server_killed_mid_deal_leaves_a_round_that_recovery_completes(
     database_url: str, tmp_path: Path
 ) -> None:

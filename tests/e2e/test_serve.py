@@ -73,6 +73,7 @@ def server(database_url: str) -> Iterator[str]:
     assert process.returncode == 0
 
 
+@pytest.mark.slow
 def test_serve_migrates_and_answers_ping_to_a_created_key_only(
     server: str, database_url: str
 ) -> None:

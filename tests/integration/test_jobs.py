@@ -132,6 +132,7 @@ def open_round(games: GameService, store: PostgresEventStore, table_id: str) -> 
     return current.round_id
 
 
+@pytest.mark.slow
 def test_scheduled_job_closes_the_window_and_deals_once_the_deadline_passes(
     app_pool: Pool, queue: Queue, configured_jobs: None
 ) -> None:
