@@ -21,11 +21,11 @@ nonce and hand count; each coup is dealt from the open shoe at its next position
 before the reveal. Moderation (mute, removal) is a table fact too, since removal unseats.
 """
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import ClassVar, TypeAlias, TypeGuard
+from typing import Any, ClassVar, TypeAlias, TypeGuard
 
 from domain.cards import CARDS_PER_DECK, Card
 from domain.errors import DomainError
@@ -638,109 +638,15 @@ def decide(table: Table | None, command: Command, now: datetime) -> list[TableEv
             f"table {table.table_id} is suspended after malfunction {table.suspended_by} "
             f"until ops reopen it (rule {TableIsSuspended.rule})"
         )
-    events: list[TableEvent] = []
-    limits = table.settings.limits
-    match command:
-        case SitDown(player_id=player_id, seat=number):
-            events.extend(_sit(table, player_id, number))
-        case LeaveTable(player_id=player_id):
-            seat = _seat_of(table, player_id)
-            if table.round is not None:
-                events.extend(withdraw(table.round, player_id))
-            events.append(PlayerLeft(seat.number, player_id))
-        case OpenRound(round_id=round_id):
-            events.extend(_open(table, round_id, now))
-        case PlaceBet(player_id=player_id, spot=spot, stake=stake, player_limit=player_limit):
-            current, opened = _current_or_opened(table, player_id, now)
-            events.extend(opened)
-            events.extend(place_bet(current, player_id, spot, stake, player_limit, limits, now))
-        case RemoveBets(player_id=player_id):
-            events.extend(remove_bets(_current(table), player_id, now))
-        case Rebet(player_id=player_id, player_limit=player_limit):
-            held = table.seat_of(player_id)
-            last_bets = held.last_bets if held is not None else ()
-            current, opened = _current_or_opened(table, player_id, now)
-            events.extend(opened)
-            events.extend(rebet(current, player_id, last_bets, player_limit, limits, now))
-        case PressDeal(player_id=player_id):
-            events.extend(press_deal(_current(table), player_id, now))
-        case Pass(player_id=player_id):
-            events.extend(pass_coup(_current(table), player_id, now))
-        case CloseWindow():
-            events.extend(close_window(_current(table), now))
-        case DealCoup(shoe_id=shoe_id, cards=cards, position=position):
-            current = _current(table)
-            _check_dealing_shoe(table, current, shoe_id, position)
-            events.extend(deal(current, shoe_id, cards, position))
-        case VoidRound(round_id=round_id, reason=reason):
-            latest = table.round
-            if latest is None or latest.round_id != round_id:
-                # An earlier round is voided through its own events: see round.replay_round.
-                raise RoundNotFound(
-                    f"round {round_id} is not the current round of table {table.table_id} "
-                    f"(rule {RoundNotFound.rule})"
-                )
-            events.extend(void_round(latest, reason))
-        case OpenShoe():
-            if table.next_client_seed not in (None, command.client_seed):
-                raise ClientSeedNotRotated(
-                    f"the next shoe at table {table.table_id} opens with the client seed ops "
-                    f"rotated in (rule {ClientSeedNotRotated.rule})"
-                )
-            events.append(_open_shoe(table, command))
-        case RetireShoe():
-            events.append(_retire_shoe(table))
-        case RevealShoe(shoe_id=shoe_id, server_seed=server_seed):
-            events.append(_reveal_shoe(table, shoe_id, server_seed))
-        case MutePlayer(player_id=player_id, reason=reason):
-            if player_id in table.muted:
-                raise PlayerAlreadyMuted(
-                    f"{player_id} is already muted at table {table.table_id} "
-                    f"(rule {PlayerAlreadyMuted.rule})"
-                )
-            events.append(PlayerMuted(player_id, reason))
-        case UnmutePlayer(player_id=player_id):
-            if player_id not in table.muted:
-                raise PlayerNotMuted(
-                    f"{player_id} is not muted at table {table.table_id} "
-                    f"(rule {PlayerNotMuted.rule})"
-                )
-            events.append(PlayerUnmuted(player_id))
-        case RemovePlayer(player_id=player_id, reason=reason):
-            events.extend(_remove(table, player_id, reason))
-        case DeclareMalfunction():
-            events.extend(_declare_malfunction(table, command))
-        case ReopenTable(reason=reason):
-            if table.suspended_by is None:
-                raise TableNotSuspended(
-                    f"table {table.table_id} is not suspended (rule {TableNotSuspended.rule})"
-                )
-            _require_reason(reason)
-            events.append(TableReopened(table.suspended_by, reason))
-        case RotateClientSeed(client_seed=client_seed, reason=reason):
-            _require_reason(reason)
-            ByteStream(_CHECKING_SEED, client_seed, 0)
-            events.append(ClientSeedRotated(client_seed, reason))
-        case _:  # pragma: no cover
-            raise AssertionError(f"unhandled command {command!r}")
-    return events
+    return _DECISIONS[type(command)](table, command, now)
 
 
-def _table_created(table_id: str, settings: TableSettings) -> TableCreated:
-    limits = settings.limits
-    return TableCreated(
-        table_id=table_id,
-        seats=settings.seats,
-        decks=settings.decks,
-        minimum=limits.minimum,
-        maximum=limits.maximum,
-        chips=tuple(limits.chips),
-        betting_window_ms=settings.betting_window // _MILLISECOND,
-        currency=settings.currency,
-    )
+# One decision per command, each given an existing table that is open to it. `now` is the
+# same clock argument for all, though only those that open, bet or act on a round read it.
 
 
-def _sit(table: Table, player_id: str, number: int) -> list[TableEvent]:
+def _decide_sit_down(table: Table, command: SitDown, now: datetime) -> list[TableEvent]:
+    player_id, number = command.player_id, command.seat
     if player_id in table.removed:
         raise PlayerBarred(
             f"{player_id} was removed from table {table.table_id} and may not sit there again "
@@ -761,6 +667,308 @@ def _sit(table: Table, player_id: str, number: int) -> list[TableEvent]:
     # Sitting while a round is under way is allowed: the round's participants were fixed when
     # its window opened, so the newcomer simply plays from the next round.
     return [PlayerSat(number, player_id)]
+
+
+def _decide_leave_table(table: Table, command: LeaveTable, now: datetime) -> list[TableEvent]:
+    seat = _seat_of(table, command.player_id)
+    events: list[TableEvent] = []
+    if table.round is not None:
+        events.extend(withdraw(table.round, command.player_id))
+    events.append(PlayerLeft(seat.number, command.player_id))
+    return events
+
+
+def _decide_open_round(table: Table, command: OpenRound, now: datetime) -> list[TableEvent]:
+    return [*_open(table, command.round_id, now)]
+
+
+def _decide_place_bet(table: Table, command: PlaceBet, now: datetime) -> list[TableEvent]:
+    current, opened = _current_or_opened(table, command.player_id, now)
+    placed = place_bet(
+        current,
+        command.player_id,
+        command.spot,
+        command.stake,
+        command.player_limit,
+        table.settings.limits,
+        now,
+    )
+    return [*opened, *placed]
+
+
+def _decide_remove_bets(table: Table, command: RemoveBets, now: datetime) -> list[TableEvent]:
+    return [*remove_bets(_current(table), command.player_id, now)]
+
+
+def _decide_rebet(table: Table, command: Rebet, now: datetime) -> list[TableEvent]:
+    held = table.seat_of(command.player_id)
+    last_bets = held.last_bets if held is not None else ()
+    current, opened = _current_or_opened(table, command.player_id, now)
+    placed = rebet(
+        current, command.player_id, last_bets, command.player_limit, table.settings.limits, now
+    )
+    return [*opened, *placed]
+
+
+def _decide_press_deal(table: Table, command: PressDeal, now: datetime) -> list[TableEvent]:
+    return [*press_deal(_current(table), command.player_id, now)]
+
+
+def _decide_pass(table: Table, command: Pass, now: datetime) -> list[TableEvent]:
+    return [*pass_coup(_current(table), command.player_id, now)]
+
+
+def _decide_close_window(table: Table, command: CloseWindow, now: datetime) -> list[TableEvent]:
+    return [*close_window(_current(table), now)]
+
+
+def _decide_deal_coup(table: Table, command: DealCoup, now: datetime) -> list[TableEvent]:
+    current = _current(table)
+    _check_dealing_shoe(table, current, command.shoe_id, command.position)
+    return [*deal(current, command.shoe_id, command.cards, command.position)]
+
+
+def _decide_void_round(table: Table, command: VoidRound, now: datetime) -> list[TableEvent]:
+    latest = table.round
+    if latest is None or latest.round_id != command.round_id:
+        # An earlier round is voided through its own events: see round.replay_round.
+        raise RoundNotFound(
+            f"round {command.round_id} is not the current round of table {table.table_id} "
+            f"(rule {RoundNotFound.rule})"
+        )
+    return [*void_round(latest, command.reason)]
+
+
+def _decide_open_shoe(table: Table, command: OpenShoe, now: datetime) -> list[TableEvent]:
+    if table.next_client_seed not in (None, command.client_seed):
+        raise ClientSeedNotRotated(
+            f"the next shoe at table {table.table_id} opens with the client seed ops "
+            f"rotated in (rule {ClientSeedNotRotated.rule})"
+        )
+    if table.shoe is not None:
+        raise ShoeAlreadyOpen(
+            f"shoe {table.shoe.shoe_id} is still open at table {table.table_id} "
+            f"(rule {ShoeAlreadyOpen.rule})"
+        )
+    if command.nonce != table.shoes_opened + 1:
+        raise ShoeNonceOutOfOrder(
+            f"the next shoe at table {table.table_id} takes nonce {table.shoes_opened + 1}, "
+            f"not {command.nonce} (rule {ShoeNonceOutOfOrder.rule})"
+        )
+    if command.decks != table.settings.decks or not (
+        MIN_HANDS <= command.hands < MIN_HANDS + HAND_CHOICES
+    ):
+        raise ShoeCountsInvalid(
+            f"a shoe at table {table.table_id} has {table.settings.decks} decks and "
+            f"{MIN_HANDS} to {MIN_HANDS + HAND_CHOICES - 1} hands, not {command.decks} decks "
+            f"and {command.hands} hands (rule {ShoeCountsInvalid.rule})"
+        )
+    return [
+        ShoeOpened(
+            shoe_id=command.shoe_id,
+            server_seed_hash=command.server_seed_hash,
+            client_seed=command.client_seed,
+            nonce=command.nonce,
+            decks=command.decks,
+            hands=command.hands,
+        )
+    ]
+
+
+def _decide_retire_shoe(table: Table, command: RetireShoe, now: datetime) -> list[TableEvent]:
+    shoe = table.live_shoe
+    if shoe is None:
+        raise NoShoeOpen(f"table {table.table_id} has no open shoe (rule {NoShoeOpen.rule})")
+    if shoe.can_deal:
+        raise ShoeStillDealing(
+            f"shoe {shoe.shoe_id} has {shoe.hands_left} hands and {shoe.cards_left} cards left "
+            f"(rule {ShoeStillDealing.rule})"
+        )
+    if table.round is not None and table.round.deal_interrupted:
+        raise ShoeStillDealing(
+            f"shoe {shoe.shoe_id} is part-way through the coup of round {table.round.round_id} "
+            f"(rule {ShoeStillDealing.rule})"
+        )
+    return [ShoeRetired(shoe.shoe_id)]
+
+
+def _decide_reveal_shoe(table: Table, command: RevealShoe, now: datetime) -> list[TableEvent]:
+    return [_reveal_shoe(table, command.shoe_id, command.server_seed)]
+
+
+def _decide_mute_player(table: Table, command: MutePlayer, now: datetime) -> list[TableEvent]:
+    if command.player_id in table.muted:
+        raise PlayerAlreadyMuted(
+            f"{command.player_id} is already muted at table {table.table_id} "
+            f"(rule {PlayerAlreadyMuted.rule})"
+        )
+    return [PlayerMuted(command.player_id, command.reason)]
+
+
+def _decide_unmute_player(table: Table, command: UnmutePlayer, now: datetime) -> list[TableEvent]:
+    if command.player_id not in table.muted:
+        raise PlayerNotMuted(
+            f"{command.player_id} is not muted at table {table.table_id} "
+            f"(rule {PlayerNotMuted.rule})"
+        )
+    return [PlayerUnmuted(command.player_id)]
+
+
+def _decide_remove_player(table: Table, command: RemovePlayer, now: datetime) -> list[TableEvent]:
+    player_id = command.player_id
+    if player_id in table.removed:
+        raise PlayerAlreadyRemoved(
+            f"{player_id} was already removed from table {table.table_id} "
+            f"(rule {PlayerAlreadyRemoved.rule})"
+        )
+    if not command.reason.strip():
+        raise RemovalNeedsAReason(f"a removal must say why (rule {RemovalNeedsAReason.rule})")
+    events: list[TableEvent] = []
+    seat = table.seat_of(player_id)
+    if seat is not None and table.round is not None:
+        # As when leaving: bets not yet confirmed by Deal go back; confirmed ones stay in play.
+        events.extend(withdraw(table.round, player_id, ExclusionReason.REMOVED))
+    events.append(
+        PlayerRemoved(player_id, seat.number if seat is not None else None, command.reason)
+    )
+    return events
+
+
+def _decide_declare_malfunction(
+    table: Table, command: DeclareMalfunction, now: datetime
+) -> list[TableEvent]:
+    """Every step of a malfunction, in order: declare, void, suspend, retire and reveal."""
+    _require_reason(command.reason)
+    voided = _rounds_to_void(table, command)
+    events: list[TableEvent] = [
+        MalfunctionDeclared(
+            command.malfunction_id,
+            command.reason,
+            str(command.scope),
+            tuple(r.round_id for r in voided),
+            command.start,
+            command.end,
+        )
+    ]
+    why = f"malfunction {command.malfunction_id}: {command.reason}"
+    for round_ in voided:
+        events.extend(void_round(round_, why))
+    if table.suspended_by is None:
+        events.append(TableSuspended(command.malfunction_id, command.reason))
+    shoe = table.shoe
+    if shoe is not None and not shoe.retired:
+        events.append(ShoeRetired(shoe.shoe_id))
+    if shoe is not None and command.server_seed is not None:
+        retired = replace(table, shoe=replace(shoe, retired=True))
+        events.append(_reveal_shoe(retired, shoe.shoe_id, command.server_seed))
+    return events
+
+
+def _rounds_to_void(table: Table, command: DeclareMalfunction) -> list[Round]:
+    """The rounds a malfunction voids, in the order they were opened: those in scope, not void."""
+    if (command.scope is MalfunctionScope.TIME_RANGE) != (
+        command.start is not None and command.end is not None
+    ):
+        raise MalfunctionScopeInvalid(
+            f"a time range scope, and only that, gives a start and an end "
+            f"(rule {MalfunctionScopeInvalid.rule})"
+        )
+    current = table.round
+    in_scope: dict[str, Round] = {r.round_id: r for r in command.rounds}
+    if command.scope is MalfunctionScope.CURRENT_ROUND:
+        if current is None:
+            raise MalfunctionScopeInvalid(
+                f"table {table.table_id} has no round to void (rule {MalfunctionScopeInvalid.rule})"
+            )
+        in_scope = {current.round_id: current}
+    elif current is not None and (current.round_id in in_scope or not current.is_over):
+        # A round still under way is voided whatever the scope: a suspended table cannot
+        # finish it, and its stakes must not stay on the layout. The table's own state of
+        # it is the latest.
+        in_scope[current.round_id] = current
+    voided = [
+        r for r in sorted(in_scope.values(), key=lambda r: r.number) if r.phase is not Phase.VOIDED
+    ]
+    if not any(r.holds_play for r in voided):
+        # Most often current_round just after a coup: the settling append has already opened
+        # the next round, empty, and voiding it would leave the coup meant standing.
+        raise MalfunctionVoidsNothing(_voids_nothing(table, command, in_scope))
+    return voided
+
+
+def _voids_nothing(table: Table, command: DeclareMalfunction, in_scope: Mapping[str, Round]) -> str:
+    named = ", ".join(sorted(in_scope)) or "no round"
+    message = f"the {command.scope} scope covers {named}, which holds no stake and no card"
+    current = table.round
+    if (
+        command.scope is MalfunctionScope.CURRENT_ROUND
+        and current is not None
+        and current.number > 1
+    ):
+        dealt = round_id_for(table.table_id, current.number - 1)
+        message += f"; to void the coup before it, use the rounds scope with round {dealt}"
+    return f"{message} (rule {MalfunctionVoidsNothing.rule})"
+
+
+def _decide_reopen_table(table: Table, command: ReopenTable, now: datetime) -> list[TableEvent]:
+    if table.suspended_by is None:
+        raise TableNotSuspended(
+            f"table {table.table_id} is not suspended (rule {TableNotSuspended.rule})"
+        )
+    _require_reason(command.reason)
+    return [TableReopened(table.suspended_by, command.reason)]
+
+
+def _decide_rotate_client_seed(
+    table: Table, command: RotateClientSeed, now: datetime
+) -> list[TableEvent]:
+    _require_reason(command.reason)
+    ByteStream(_CHECKING_SEED, command.client_seed, 0)
+    return [ClientSeedRotated(command.client_seed, command.reason)]
+
+
+# Each decision takes its own command type, which a Mapping cannot express: the keys and
+# handlers are paired by hand here, and tests/unit/test_table.py checks that every command
+# but CreateTable (decided before a table exists) has one.
+_DECISIONS: Mapping[type[Command], Callable[[Table, Any, datetime], list[TableEvent]]] = {
+    SitDown: _decide_sit_down,
+    LeaveTable: _decide_leave_table,
+    OpenRound: _decide_open_round,
+    PlaceBet: _decide_place_bet,
+    RemoveBets: _decide_remove_bets,
+    Rebet: _decide_rebet,
+    PressDeal: _decide_press_deal,
+    Pass: _decide_pass,
+    CloseWindow: _decide_close_window,
+    DealCoup: _decide_deal_coup,
+    VoidRound: _decide_void_round,
+    OpenShoe: _decide_open_shoe,
+    RetireShoe: _decide_retire_shoe,
+    RevealShoe: _decide_reveal_shoe,
+    MutePlayer: _decide_mute_player,
+    UnmutePlayer: _decide_unmute_player,
+    RemovePlayer: _decide_remove_player,
+    DeclareMalfunction: _decide_declare_malfunction,
+    ReopenTable: _decide_reopen_table,
+    RotateClientSeed: _decide_rotate_client_seed,
+}
+
+
+# What several decisions share.
+
+
+def _table_created(table_id: str, settings: TableSettings) -> TableCreated:
+    limits = settings.limits
+    return TableCreated(
+        table_id=table_id,
+        seats=settings.seats,
+        decks=settings.decks,
+        minimum=limits.minimum,
+        maximum=limits.maximum,
+        chips=tuple(limits.chips),
+        betting_window_ms=settings.betting_window // _MILLISECOND,
+        currency=settings.currency,
+    )
 
 
 def _seat_of(table: Table, player_id: str) -> Seat:
@@ -829,52 +1037,6 @@ def _check_dealing_shoe(table: Table, current: Round, shoe_id: str, position: in
         )
 
 
-def _open_shoe(table: Table, command: OpenShoe) -> ShoeOpened:
-    if table.shoe is not None:
-        raise ShoeAlreadyOpen(
-            f"shoe {table.shoe.shoe_id} is still open at table {table.table_id} "
-            f"(rule {ShoeAlreadyOpen.rule})"
-        )
-    if command.nonce != table.shoes_opened + 1:
-        raise ShoeNonceOutOfOrder(
-            f"the next shoe at table {table.table_id} takes nonce {table.shoes_opened + 1}, "
-            f"not {command.nonce} (rule {ShoeNonceOutOfOrder.rule})"
-        )
-    if command.decks != table.settings.decks or not (
-        MIN_HANDS <= command.hands < MIN_HANDS + HAND_CHOICES
-    ):
-        raise ShoeCountsInvalid(
-            f"a shoe at table {table.table_id} has {table.settings.decks} decks and "
-            f"{MIN_HANDS} to {MIN_HANDS + HAND_CHOICES - 1} hands, not {command.decks} decks "
-            f"and {command.hands} hands (rule {ShoeCountsInvalid.rule})"
-        )
-    return ShoeOpened(
-        shoe_id=command.shoe_id,
-        server_seed_hash=command.server_seed_hash,
-        client_seed=command.client_seed,
-        nonce=command.nonce,
-        decks=command.decks,
-        hands=command.hands,
-    )
-
-
-def _retire_shoe(table: Table) -> ShoeRetired:
-    shoe = table.live_shoe
-    if shoe is None:
-        raise NoShoeOpen(f"table {table.table_id} has no open shoe (rule {NoShoeOpen.rule})")
-    if shoe.can_deal:
-        raise ShoeStillDealing(
-            f"shoe {shoe.shoe_id} has {shoe.hands_left} hands and {shoe.cards_left} cards left "
-            f"(rule {ShoeStillDealing.rule})"
-        )
-    if table.round is not None and table.round.deal_interrupted:
-        raise ShoeStillDealing(
-            f"shoe {shoe.shoe_id} is part-way through the coup of round {table.round.round_id} "
-            f"(rule {ShoeStillDealing.rule})"
-        )
-    return ShoeRetired(shoe.shoe_id)
-
-
 def _reveal_shoe(table: Table, shoe_id: str, server_seed: str) -> ShoeRevealed:
     shoe = table.shoe
     if shoe is None or shoe.shoe_id != shoe_id or not shoe.retired:
@@ -902,91 +1064,6 @@ def _require_reason(reason: str) -> None:
         )
 
 
-def _declare_malfunction(table: Table, command: DeclareMalfunction) -> list[TableEvent]:
-    """Every step of a malfunction, in order: declare, void, suspend, retire and reveal."""
-    _require_reason(command.reason)
-    if (command.scope is MalfunctionScope.TIME_RANGE) != (
-        command.start is not None and command.end is not None
-    ):
-        raise MalfunctionScopeInvalid(
-            f"a time range scope, and only that, gives a start and an end "
-            f"(rule {MalfunctionScopeInvalid.rule})"
-        )
-    current = table.round
-    in_scope: dict[str, Round] = {r.round_id: r for r in command.rounds}
-    if command.scope is MalfunctionScope.CURRENT_ROUND:
-        if current is None:
-            raise MalfunctionScopeInvalid(
-                f"table {table.table_id} has no round to void (rule {MalfunctionScopeInvalid.rule})"
-            )
-        in_scope = {current.round_id: current}
-    elif current is not None and (current.round_id in in_scope or not current.is_over):
-        # A round still under way is voided whatever the scope: a suspended table cannot
-        # finish it, and its stakes must not stay on the layout. The table's own state of
-        # it is the latest.
-        in_scope[current.round_id] = current
-    voided = [
-        r for r in sorted(in_scope.values(), key=lambda r: r.number) if r.phase is not Phase.VOIDED
-    ]
-    if not any(r.holds_play for r in voided):
-        # Most often current_round just after a coup: the settling append has already opened
-        # the next round, empty, and voiding it would leave the coup meant standing.
-        raise MalfunctionVoidsNothing(_voids_nothing(table, command, in_scope))
-    events: list[TableEvent] = [
-        MalfunctionDeclared(
-            command.malfunction_id,
-            command.reason,
-            str(command.scope),
-            tuple(r.round_id for r in voided),
-            command.start,
-            command.end,
-        )
-    ]
-    why = f"malfunction {command.malfunction_id}: {command.reason}"
-    for round_ in voided:
-        events.extend(void_round(round_, why))
-    if table.suspended_by is None:
-        events.append(TableSuspended(command.malfunction_id, command.reason))
-    shoe = table.shoe
-    if shoe is not None and not shoe.retired:
-        events.append(ShoeRetired(shoe.shoe_id))
-    if shoe is not None and command.server_seed is not None:
-        retired = replace(table, shoe=replace(shoe, retired=True))
-        events.append(_reveal_shoe(retired, shoe.shoe_id, command.server_seed))
-    return events
-
-
-def _voids_nothing(table: Table, command: DeclareMalfunction, in_scope: Mapping[str, Round]) -> str:
-    named = ", ".join(sorted(in_scope)) or "no round"
-    message = f"the {command.scope} scope covers {named}, which holds no stake and no card"
-    current = table.round
-    if (
-        command.scope is MalfunctionScope.CURRENT_ROUND
-        and current is not None
-        and current.number > 1
-    ):
-        dealt = round_id_for(table.table_id, current.number - 1)
-        message += f"; to void the coup before it, use the rounds scope with round {dealt}"
-    return f"{message} (rule {MalfunctionVoidsNothing.rule})"
-
-
-def _remove(table: Table, player_id: str, reason: str) -> list[TableEvent]:
-    if player_id in table.removed:
-        raise PlayerAlreadyRemoved(
-            f"{player_id} was already removed from table {table.table_id} "
-            f"(rule {PlayerAlreadyRemoved.rule})"
-        )
-    if not reason.strip():
-        raise RemovalNeedsAReason(f"a removal must say why (rule {RemovalNeedsAReason.rule})")
-    events: list[TableEvent] = []
-    seat = table.seat_of(player_id)
-    if seat is not None and table.round is not None:
-        # As when leaving: bets not yet confirmed by Deal go back; confirmed ones stay in play.
-        events.extend(withdraw(table.round, player_id, ExclusionReason.REMOVED))
-    events.append(PlayerRemoved(player_id, seat.number if seat is not None else None, reason))
-    return events
-
-
 def _current(table: Table) -> Round:
     if table.round is None:
         raise NoRoundUnderWay(
@@ -998,43 +1075,66 @@ def _current(table: Table) -> Round:
 def evolve(table: Table | None, event: TableEvent) -> Table:
     """The table after `event`; `TableCreated` starts it from nothing."""
     if isinstance(event, TableCreated):
-        return Table(
-            table_id=event.table_id,
-            settings=TableSettings(
-                seats=event.seats,
-                limits=TableLimits(
-                    minimum=event.minimum, maximum=event.maximum, chips=tuple(event.chips)
-                ),
-                betting_window=event.betting_window_ms * _MILLISECOND,
-                decks=event.decks,
-                currency=event.currency,
-            ),
-            seats=(None,) * event.seats,
-        )
+        return _created(event)
     if table is None:
         raise ValueError(f"a table's first event is TableCreated, not {event.type}")
-    if isinstance(event, PlayerSat):
-        return _with_seat(table, event.seat, Seat(event.seat, event.player_id))
-    if isinstance(event, PlayerLeft):
-        return _with_seat(table, event.seat, None)
+    if isinstance(event, PlayerSat | PlayerLeft | PlayerMuted | PlayerUnmuted | PlayerRemoved):
+        return _evolve_players(table, event)
     if isinstance(event, ShoeOpened | ShoeRetired | ShoeRevealed):
         return _evolve_shoe(table, event)
-    if isinstance(event, TableSuspended):
-        return replace(table, suspended_by=event.malfunction_id)
-    if isinstance(event, TableReopened):
-        return replace(table, suspended_by=None)
-    if isinstance(event, ClientSeedRotated):
-        return replace(table, next_client_seed=event.client_seed)
-    if isinstance(event, MalfunctionDeclared):
-        return table
-    if isinstance(event, PlayerMuted):
-        return replace(table, muted=table.muted | {event.player_id})
-    if isinstance(event, PlayerUnmuted):
-        return replace(table, muted=table.muted - {event.player_id})
-    if isinstance(event, PlayerRemoved):
-        if event.seat is not None:
-            table = _with_seat(table, event.seat, None)
-        return replace(table, removed=table.removed | {event.player_id})
+    if isinstance(event, MalfunctionDeclared | TableSuspended | TableReopened | ClientSeedRotated):
+        return _evolve_malfunction(table, event)
+    return _evolve_round(table, event)
+
+
+def _created(event: TableCreated) -> Table:
+    return Table(
+        table_id=event.table_id,
+        settings=TableSettings(
+            seats=event.seats,
+            limits=TableLimits(
+                minimum=event.minimum, maximum=event.maximum, chips=tuple(event.chips)
+            ),
+            betting_window=event.betting_window_ms * _MILLISECOND,
+            decks=event.decks,
+            currency=event.currency,
+        ),
+        seats=(None,) * event.seats,
+    )
+
+
+def _evolve_players(
+    table: Table, event: PlayerSat | PlayerLeft | PlayerMuted | PlayerUnmuted | PlayerRemoved
+) -> Table:
+    match event:
+        case PlayerSat():
+            return _with_seat(table, event.seat, Seat(event.seat, event.player_id))
+        case PlayerLeft():
+            return _with_seat(table, event.seat, None)
+        case PlayerMuted():
+            return replace(table, muted=table.muted | {event.player_id})
+        case PlayerUnmuted():
+            return replace(table, muted=table.muted - {event.player_id})
+        case PlayerRemoved():
+            if event.seat is not None:
+                table = _with_seat(table, event.seat, None)
+            return replace(table, removed=table.removed | {event.player_id})
+
+
+def _evolve_malfunction(table: Table, event: MalfunctionEvent) -> Table:
+    match event:
+        case MalfunctionDeclared():
+            # The voids and the suspension that follow it in the same append change the table.
+            return table
+        case TableSuspended():
+            return replace(table, suspended_by=event.malfunction_id)
+        case TableReopened():
+            return replace(table, suspended_by=None)
+        case ClientSeedRotated():
+            return replace(table, next_client_seed=event.client_seed)
+
+
+def _evolve_round(table: Table, event: RoundEvent) -> Table:
     if isinstance(event, RoundOpened):
         return replace(table, rounds_opened=event.number, round=evolve_round(None, event))
     current = table.round

@@ -47,6 +47,8 @@ def gunicorn_options(bind: str, workers: int, threads: int) -> dict[str, Any]:
         "worker_class": "gthread" if threads > 1 else "sync",
         # The app is built after the fork: a psycopg pool must not cross one.
         "preload_app": False,
+        # ...and closed as the worker leaves, so its connections end cleanly.
+        "worker_exit": close_worker_app,
         # One fixed control socket path would make two servers on one machine collide.
         "control_socket_disable": True,
         "accesslog": None,
@@ -59,6 +61,19 @@ def gunicorn_options(bind: str, workers: int, threads: int) -> dict[str, Any]:
         "limit_request_field_size": 2 * MAX_HEADER_FIELD_BYTES,
         "limit_request_fields": 2 * MAX_HEADER_FIELDS,
     }
+
+
+def close_worker_app(server: Any, worker: Any) -> None:
+    """Gunicorn's worker_exit hook: close the pool of the app the worker built, if it built one."""
+    from service.runtime.container import Container
+    from service.web.api import EXTENSION
+
+    # The master calls the hook too, for a worker that died before it could report back; that
+    # worker object never loaded an app. A worker whose app failed to load holds gunicorn's own.
+    app = getattr(worker, "wsgi", None)
+    wiring = app.extensions.get(EXTENSION) if isinstance(app, Flask) else None
+    if isinstance(wiring, Container):
+        wiring.close()
 
 
 @click.command()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import atexit
 import re
 import uuid
 from typing import Final
@@ -86,8 +85,8 @@ def create_app(
     if store is None:
         pool = _open_pool(settings, pool_size)
         store = PostgresEventStore(pool, clock)
-        # Gunicorn workers leave through sys.exit, which runs atexit: connections close cleanly.
-        atexit.register(pool.close)
+        # Closed with the app by Container.close, not at exit: gunicorn's worker_exit hook
+        # calls it (service/cli/serve.py), and a test that builds an app disposes of it.
 
     app = Flask(__name__, static_folder=None)
     # Before any rule is added, since each rule takes these when it is bound to the map.

@@ -32,7 +32,7 @@ from events.store import EventMetadata
 from service.application.keys import Role, create_key
 from service.runtime.jobs import CLOSED
 from service.runtime.scheduler import window_job_id
-from tests.ports import free_port
+from tests.ports import listening_socket, port_of
 
 START_TIMEOUT_SECONDS = 30.0
 SHOEBOX = Path(sys.executable).with_name("shoebox")
@@ -99,12 +99,15 @@ def redis_url() -> Iterator[str]:
     pytest.fail("no empty Redis database to claim among 1 to 15")
 
 
-def start(arguments: list[str], environment: dict[str, str]) -> subprocess.Popen[bytes]:
+def start(
+    arguments: list[str], environment: dict[str, str], pass_fds: tuple[int, ...] = ()
+) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [str(SHOEBOX), *arguments],
         env=environment,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
+        pass_fds=pass_fds,
     )
 
 
@@ -125,14 +128,17 @@ def stop(process: subprocess.Popen[bytes]) -> str:
 @pytest.fixture
 def shoebox(database_url: str, redis_url: str) -> Iterator[str]:
     """`shoebox serve`, `shoebox worker` and `shoebox projector` on one database and Redis."""
-    port = free_port()
     environment = {**os.environ, "DATABASE_URL": database_url, "REDIS_URL": redis_url}
     environment.pop("SHOEBOX_APP_DATABASE_URL", None)
-    server = start(
-        ["serve", "--bind", f"127.0.0.1:{port}", "--workers", "2", "--threads", "2"], environment
-    )
+    # The server accepts on our socket, which we close once it holds its own copy.
+    with listening_socket() as listener:
+        base = f"http://127.0.0.1:{port_of(listener)}"
+        server = start(
+            ["serve", "--bind", f"fd://{listener.fileno()}", "--workers", "2", "--threads", "2"],
+            environment,
+            pass_fds=(listener.fileno(),),
+        )
     worker = projector = None
-    base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + START_TIMEOUT_SECONDS
         while True:
@@ -200,6 +206,7 @@ def await_job(redis_url: str, job_id: str, timeout: float) -> Job:
         connection.close()
 
 
+@pytest.mark.slow
 def test_four_players_one_pass_one_timeout_dealt_by_the_worker_and_paid_by_the_rules(
     shoebox: str, database_url: str, redis_url: str
 ) -> None:

@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 from click.testing import CliRunner
 
 from service.cli import main
@@ -36,7 +37,7 @@ from service.runtime.failpoints import (
     FAILPOINT_MARKER,
     PAUSE_BEFORE_DEAL_APPEND,
 )
-from tests.ports import free_port
+from tests.ports import listening_socket, port_of
 
 SHOEBOX = Path(sys.executable).with_name("shoebox")
 START_TIMEOUT_SECONDS = 30.0
@@ -59,17 +60,19 @@ def call(base: str, method: str, path: str, secret: str, body: object = None) ->
 def serving(
     database_url: str, extra: dict[str, str]
 ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    port = free_port()
     environment = {**os.environ, "DATABASE_URL": database_url, **extra}
     environment.pop("SHOEBOX_APP_DATABASE_URL", None)
-    process = subprocess.Popen(
-        [str(SHOEBOX), "serve", "--bind", f"127.0.0.1:{port}", "--workers", "1"],
-        env=environment,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,  # its own process group: SIGKILL reaches gunicorn's workers too
-    )
-    base = f"http://127.0.0.1:{port}"
+    # The server accepts on our socket, which we close once it holds its own copy.
+    with listening_socket() as listener:
+        base = f"http://127.0.0.1:{port_of(listener)}"
+        process = subprocess.Popen(
+            [str(SHOEBOX), "serve", "--bind", f"fd://{listener.fileno()}", "--workers", "1"],
+            env=environment,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            pass_fds=(listener.fileno(),),
+            start_new_session=True,  # its own process group: SIGKILL reaches gunicorn's workers
+        )
     try:
         deadline = time.monotonic() + START_TIMEOUT_SECONDS
         while True:
@@ -98,6 +101,7 @@ def key(database_url: str, role: str) -> str:
     return str(created.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_a_server_killed_mid_deal_leaves_a_round_that_recovery_completes(
     database_url: str, tmp_path: Path
 ) -> None:

@@ -19,7 +19,7 @@ from events.postgres import PostgresEventStore, open_pool
 from service.cli import main
 from service.web.app import MAX_HEADER_FIELD_BYTES, MAX_HEADER_FIELDS, MAX_REQUEST_LINE_BYTES
 from tests.api_harness import head_and_balances
-from tests.ports import free_port
+from tests.ports import listening_socket, port_of
 
 START_TIMEOUT_SECONDS = 30.0
 SHOEBOX = Path(sys.executable).with_name("shoebox")
@@ -38,17 +38,22 @@ def get(url: str, secret: str | None = None) -> tuple[int, dict[str, str], bytes
 
 @pytest.fixture
 def server(database_url: str) -> Iterator[str]:
-    """A `shoebox serve` process on a free port, stopped with SIGTERM afterwards."""
-    port = free_port()
+    """A `shoebox serve` process on a socket of ours, stopped with SIGTERM afterwards."""
     environment = {**os.environ, "DATABASE_URL": database_url}
     environment.pop("SHOEBOX_APP_DATABASE_URL", None)
-    process = subprocess.Popen(
-        [str(SHOEBOX), "serve", "--bind", f"127.0.0.1:{port}", "--workers", "2", "--threads", "2"],
-        env=environment,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}"
+    # The server accepts on our socket, which we close once it holds its own copy.
+    with listening_socket() as listener:
+        base = f"http://127.0.0.1:{port_of(listener)}"
+        process = subprocess.Popen(
+            [
+                *(str(SHOEBOX), "serve", "--bind", f"fd://{listener.fileno()}"),
+                *("--workers", "2", "--threads", "2"),
+            ],
+            env=environment,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            pass_fds=[listener.fileno()],
+        )
     try:
         deadline = time.monotonic() + START_TIMEOUT_SECONDS
         while True:
@@ -72,6 +77,7 @@ def server(database_url: str) -> Iterator[str]:
     assert process.returncode == 0
 
 
+@pytest.mark.slow
 def test_serve_migrates_and_answers_ping_to_a_created_key_only(
     server: str, database_url: str
 ) -> None:
@@ -111,6 +117,7 @@ def send(
         connection.close()
 
 
+@pytest.mark.slow
 def test_an_over_long_request_line_or_header_is_a_problem_from_gunicorn_too(
     server: str, database_url: str
 ) -> None:

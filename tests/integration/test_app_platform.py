@@ -1,6 +1,8 @@
 """The API platform over the real PostgreSQL store: idempotent retries, races, and wiring."""
 
+import atexit
 import threading
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -10,8 +12,10 @@ from flask.views import MethodView
 from events.postgres import Pool, PostgresEventStore
 from events.store import ConcurrencyConflict, EventMetadata, NewEvent, StreamAppend
 from service.application.keys import Role, create_key
+from service.cli.serve import ShoeboxServer, gunicorn_options
+from service.runtime.container import Container
 from service.runtime.settings import Settings
-from service.web.api import Blueprint, actor, container
+from service.web.api import EXTENSION, Blueprint, actor, container
 from service.web.app import create_app
 from service.web.auth import roles
 from service.web.idempotency import REPLAYED_HEADER
@@ -194,3 +198,46 @@ def test_create_app_opens_its_own_pool_as_the_application_role(fresh_database: s
         assert row == ("shoebox_app",)
     finally:
         shoebox.close()
+
+
+def own_pool(app: Flask) -> tuple[Container, Pool]:
+    """The app's container and the pool create_app opened for it."""
+    wiring = app.extensions[EXTENSION]
+    assert isinstance(wiring, Container)
+    assert wiring.pool is not None
+    return wiring, wiring.pool
+
+
+def test_a_disposed_apps_pool_is_closed(fresh_database: str) -> None:
+    wiring, pool = own_pool(create_app(Settings(database_url=fresh_database)))
+    assert not pool.closed
+    wiring.close()
+    assert pool.closed
+
+
+def test_create_app_leaves_nothing_to_interpreter_exit(
+    fresh_database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A pool closed only at exit outlives every test and gunicorn worker that built an app.
+    registered: list[object] = []
+    monkeypatch.setattr(atexit, "register", lambda f, *a, **k: registered.append(f))
+    wiring, _ = own_pool(create_app(Settings(database_url=fresh_database)))
+    try:
+        assert registered == []
+    finally:
+        wiring.close()
+
+
+def test_a_gunicorn_worker_closes_its_apps_pool_as_it_exits(fresh_database: str) -> None:
+    app = create_app(Settings(database_url=fresh_database))
+    wiring, pool = own_pool(app)
+    try:
+        server = ShoeboxServer(lambda: app, gunicorn_options("127.0.0.1:0", 1, 1))
+        worker_exit = server.cfg.worker_exit
+        # The master calls the hook too, for a worker object that never loaded an app.
+        worker_exit(server, SimpleNamespace())
+        assert not pool.closed
+        worker_exit(server, SimpleNamespace(wsgi=app))
+        assert pool.closed
+    finally:
+        wiring.close()

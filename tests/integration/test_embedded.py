@@ -23,6 +23,7 @@ from service.embedded import (
     ServerBinaryNotFoundError,
     ServerStartTimeoutError,
 )
+from service.embedded.redis import redis_answers
 from service.runtime.settings import Settings, SettingsError
 
 
@@ -47,6 +48,7 @@ def cluster_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("shared") / "postgres"
 
 
+@pytest.mark.slow
 def test_embedded_postgres_keeps_its_data_across_restarts(tmp_path: Path) -> None:
     data_dir = tmp_path / "postgres"
     with EmbeddedPostgres(data_dir) as server:
@@ -62,6 +64,7 @@ def test_embedded_postgres_keeps_its_data_across_restarts(tmp_path: Path) -> Non
         assert count_coups(server.url) == 3
 
 
+@pytest.mark.slow
 def test_embedded_postgres_connects_as_superuser_postgres_over_tcp(cluster_dir: Path) -> None:
     with EmbeddedPostgres(cluster_dir) as server:
         assert server.url == f"postgresql://postgres@127.0.0.1:{server.port}/postgres"
@@ -74,6 +77,7 @@ def test_embedded_postgres_connects_as_superuser_postgres_over_tcp(cluster_dir: 
         assert row == ("postgres", "postgres", True, "127.0.0.1/32", "UTF8")
 
 
+@pytest.mark.slow
 def test_second_handle_on_a_running_cluster_dir_shares_the_server(cluster_dir: Path) -> None:
     with EmbeddedPostgres(cluster_dir) as first:
         with EmbeddedPostgres(cluster_dir) as second:
@@ -84,6 +88,7 @@ def test_second_handle_on_a_running_cluster_dir_shares_the_server(cluster_dir: P
     assert not answers(url)
 
 
+@pytest.mark.slow
 def test_last_handle_to_leave_stops_the_shared_server(cluster_dir: Path) -> None:
     with ExitStack() as first_stack, ExitStack() as second_stack:
         url = first_stack.enter_context(EmbeddedPostgres(cluster_dir)).url
@@ -94,6 +99,7 @@ def test_last_handle_to_leave_stops_the_shared_server(cluster_dir: Path) -> None
         assert not answers(url)
 
 
+@pytest.mark.slow
 def test_server_left_by_a_killed_process_is_shared_then_stopped(cluster_dir: Path) -> None:
     # The child starts a server and dies without leaving, as `kill -9` of `make run` would.
     subprocess.run(
@@ -114,6 +120,7 @@ def test_server_left_by_a_killed_process_is_shared_then_stopped(cluster_dir: Pat
     assert not answers(url)
 
 
+@pytest.mark.slow
 def test_postmaster_pid_left_by_a_crash_does_not_stop_a_restart(cluster_dir: Path) -> None:
     with EmbeddedPostgres(cluster_dir):
         pass
@@ -155,7 +162,7 @@ def test_embedded_redis_answers_ping_set_and_get(tmp_path: Path) -> None:
             assert client.get("shoe") == b"S1"
         finally:
             client.close()
-    assert not embedded._redis_answers(port)
+    assert not redis_answers(port)
 
 
 def test_second_redis_handle_shares_the_running_server(tmp_path: Path) -> None:
@@ -199,6 +206,7 @@ def test_database_url_is_the_environments_when_set(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_database_url_starts_an_embedded_server_in_the_data_dir_when_unset(
     cluster_dir: Path,
 ) -> None:

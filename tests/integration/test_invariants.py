@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+import pytest
 from psycopg.types.json import Jsonb
 
 from events.postgres import Pool, PostgresEventStore
@@ -28,6 +29,7 @@ def api_with_read_models(pool: Pool) -> Api:
     return api
 
 
+@pytest.mark.slow
 def test_invariants_hold_after_a_random_session_with_voids(app_pool: Pool) -> None:
     play_session(app_pool, rounds=80, seed=7, voids=5)
     projector.catch_up(app_pool)

@@ -32,6 +32,26 @@ from service.runtime.settings import Settings
 OPS = Actor("ops-1", "ops")
 FRONTEND = Actor("frontend-1", "frontend")
 WINDOW = timedelta(seconds=1)
+# rq's scheduler keeps whole seconds, so a job can fall due up to a second after its deadline.
+DUE_WITHIN_SECONDS = 15.0
+
+
+def lapsed_clock() -> datetime:
+    """The time a betting window and a second ago: a round opened then is due to close now."""
+    return utc_now() - WINDOW - timedelta(seconds=1)
+
+
+class ManualClock:
+    """A clock the test moves by hand."""
+
+    def __init__(self, now: datetime) -> None:
+        self.now = now
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, by: timedelta) -> None:
+        self.now += by
 
 
 @pytest.fixture
@@ -87,6 +107,17 @@ def burst(queue: Queue) -> None:
     worker.work(burst=True, with_scheduler=True)
 
 
+def burst_until_finished(queue: Queue, job: Job) -> None:
+    """Burst the queue until `job` has run, as a worker polling its scheduler would."""
+    deadline = time.monotonic() + DUE_WITHIN_SECONDS
+    while True:
+        burst(queue)
+        if job.get_status() is JobStatus.FINISHED:
+            return
+        assert time.monotonic() < deadline, f"job {job.id} is still {job.get_status()}"
+        time.sleep(0.1)
+
+
 def open_round(games: GameService, store: PostgresEventStore, table_id: str) -> str:
     """A table with a one-second window and two seated players: alice bets and presses Deal."""
     wallets = WalletService(store, utc_now)
@@ -101,6 +132,7 @@ def open_round(games: GameService, store: PostgresEventStore, table_id: str) -> 
     return current.round_id
 
 
+@pytest.mark.slow
 def test_scheduled_job_closes_the_window_and_deals_once_the_deadline_passes(
     app_pool: Pool, queue: Queue, configured_jobs: None
 ) -> None:
@@ -121,10 +153,8 @@ def test_scheduled_job_closes_the_window_and_deals_once_the_deadline_passes(
     burst(queue)
     assert job.get_status() is JobStatus.SCHEDULED
 
-    time.sleep(WINDOW.total_seconds() + 1.1)
-    burst(queue)
+    burst_until_finished(queue, job)
 
-    assert job.get_status() is JobStatus.FINISHED
     assert job.return_value(refresh=True) == jobs.CLOSED
     coups = store.read_all(types=["CoupCompleted"])
     assert [event.payload["round_id"] for event in coups] == [round_id]
@@ -144,10 +174,10 @@ def test_window_job_run_twice_deals_the_round_once(
     app_pool: Pool, queue: Queue, configured_jobs: None
 ) -> None:
     store = PostgresEventStore(app_pool, utc_now)
-    games = GameService(store, utc_now)
+    # The round opens a window and a second ago, so the job, on the real clock, finds it due.
+    games = GameService(store, lapsed_clock)
     table_id = f"T-{secrets.token_hex(4)}"
     round_id = open_round(games, store, table_id)
-    time.sleep(WINDOW.total_seconds() + 0.1)
 
     assert jobs.close_betting_window(table_id, round_id) == jobs.CLOSED
     assert jobs.close_betting_window(table_id, round_id) == jobs.NOTHING_DUE
@@ -191,7 +221,8 @@ def test_scheduling_on_a_dead_redis_logs_and_the_bet_still_succeeds(
     # Nothing listens on port 1; the client gives up at once instead of retrying.
     scheduler = RqWindowScheduler.from_url("redis://127.0.0.1:1/0")
     store = PostgresEventStore(app_pool, utc_now)
-    games = GameService(store, utc_now, scheduler)
+    clock = ManualClock(utc_now())
+    games = GameService(store, clock, scheduler)
     table_id = f"T-{secrets.token_hex(4)}"
 
     started = time.monotonic()
@@ -204,7 +235,7 @@ def test_scheduling_on_a_dead_redis_logs_and_the_bet_still_succeeds(
     assert warning.endswith("it will close on the table's next request instead")
     assert len(store.read_all(types=["BetPlaced"])) == 1
     # The lazy path still closes the window: the next request after the deadline deals.
-    time.sleep(WINDOW.total_seconds() + 0.1)
+    clock.advance(WINDOW + timedelta(milliseconds=1))
     assert games.live_state(table_id).round_id != round_id
     assert len(store.read_all(types=["CoupCompleted"])) == 1
 
@@ -235,11 +266,11 @@ def test_the_periodic_recovery_job_deals_a_lapsed_round_and_schedules_its_next_r
     app_pool: Pool, queue: Queue, configured_jobs: None
 ) -> None:
     store = PostgresEventStore(app_pool, utc_now)
-    # No scheduler: nothing but the periodic recovery job will look at this table again.
-    games = GameService(store, utc_now)
+    # No scheduler: nothing but the periodic recovery job will look at this table again. The
+    # round opens a window and a second ago, so recovery, on the real clock, finds it lapsed.
+    games = GameService(store, lapsed_clock)
     table_id = f"T-{secrets.token_hex(4)}"
     round_id = open_round(games, store, table_id)
-    time.sleep(WINDOW.total_seconds() + 0.2)
 
     jobs.schedule_recovery(queue, timedelta(0))
     burst(queue)

@@ -10,6 +10,7 @@ import json
 import re
 from typing import Any
 
+import pytest
 from werkzeug.test import TestResponse
 
 from domain.cards import card_code
@@ -102,6 +103,7 @@ def read_everything(api: Api) -> None:
             assert response.status_code == 200, (path, response.get_json(force=True))
 
 
+@pytest.mark.slow
 def test_a_whole_shoe_never_shows_its_seed_or_next_cards_until_it_is_revealed(
     app_pool: Pool,
 ) -> None:

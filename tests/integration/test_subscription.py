@@ -4,6 +4,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import psycopg
 import pytest
@@ -17,9 +18,11 @@ from events.store import EventMetadata, NewEvent, RecordedEvent, StreamAppend, u
 from events.subscription import BatchHandler, CatchUpSubscription
 
 DEALER = EventMetadata(actor="dealer-7", role="dealer")
-# Long enough that an event handled within WAKE_WITHIN can only have come from NOTIFY.
-LONG_POLL = 30.0
-WAKE_WITHIN = 3.0
+# So long that no test outlives it: an event handled while it runs came through NOTIFY.
+LONG_POLL = 3600.0
+# How long a test waits for a subscription to catch up before failing: generous, since a
+# slow machine only makes the test wait longer, never pass wrongly.
+CATCH_UP_WITHIN = 30.0
 
 
 def stake(amount: int) -> NewEvent:
@@ -85,6 +88,19 @@ def wait_until(condition: Callable[[], bool], timeout: float) -> bool:
             return True
         time.sleep(0.02)
     return condition()
+
+
+class ObservedSubscription(CatchUpSubscription):
+    """A subscription that tells the test each time it has caught up and is about to wait."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.caught_up = threading.Event()
+
+    def run_until_caught_up(self) -> int:
+        handled = super().run_until_caught_up()
+        self.caught_up.set()
+        return handled
 
 
 class Runner:
@@ -268,16 +284,17 @@ def test_a_filtered_checkpoint_never_passes_an_append_still_in_flight(
 def test_a_running_subscription_wakes_on_notify_long_before_its_poll_interval(
     app_pool: Pool, store: PostgresEventStore, projection: str
 ) -> None:
-    subscription = CatchUpSubscription(app_pool, "live", projector(), poll_interval=LONG_POLL)
+    subscription = ObservedSubscription(app_pool, "live", projector(), poll_interval=LONG_POLL)
     with Runner(subscription):
+        # Each time it has caught up it waits out LONG_POLL, longer than this test's whole
+        # run, so events appended while it waits can only reach it through NOTIFY.
+        assert subscription.caught_up.wait(CATCH_UP_WITHIN)
+        subscription.caught_up.clear()
         append_rounds(store, 1)
-        assert wait_until(lambda: projected(projection) == [1, 2, 3], WAKE_WITHIN)
-        # Let the first catch-up finish, so the next event can only arrive through NOTIFY.
-        time.sleep(0.5)
-        started = time.monotonic()
+        assert wait_until(lambda: projected(projection) == [1, 2, 3], CATCH_UP_WITHIN)
+        assert subscription.caught_up.wait(CATCH_UP_WITHIN)
         append_rounds(store, 1, first=1)
-        assert wait_until(lambda: len(projected(projection)) == 6, WAKE_WITHIN)
-        assert time.monotonic() - started < WAKE_WITHIN
+        assert wait_until(lambda: len(projected(projection)) == 6, CATCH_UP_WITHIN)
     assert projected(projection) == list(range(1, 7))
 
 

@@ -61,6 +61,7 @@ def test_canonical_json_equals_the_stdlib_reference_encoder(value: object) -> No
     assert canonical_json(value) == reference_json(value)
 
 
+@pytest.mark.slow
 @given(st.dictionaries(TEXT, JSON_VALUES), TEXT, st.integers(1, INT64_MAX))
 def test_event_bytes_equal_the_reference_document(
     payload: dict[str, JsonValue], actor: str, position: int
@@ -229,6 +230,7 @@ STREAM_IDS = st.text(
 )
 
 
+@pytest.mark.slow
 @given(
     st.lists(
         st.tuples(

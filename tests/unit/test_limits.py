@@ -20,8 +20,17 @@ def test_default_limits_are_the_seed_tables() -> None:
     assert TABLE.chips == (100, 500, 2_500, 10_000, 50_000)
 
 
-def test_a_whole_pound_bet_within_limits_is_accepted() -> None:
-    check_stake(TABLE, 2_500, 0, None)
+@pytest.mark.parametrize(
+    ("stake", "staked_this_round"),
+    [(100, 0), (2_500, 0), (250_000, 0), (1_000, 249_000)],
+    ids=["minimum", "a chip", "maximum", "up to the maximum"],
+)
+def test_a_whole_pound_bet_within_limits_is_accepted(stake: int, staked_this_round: int) -> None:
+    # check_stake returns nothing; accepting a bet means raising no BetError.
+    try:
+        check_stake(TABLE, stake, staked_this_round, None)
+    except BetError as refusal:
+        pytest.fail(f"a bet of {stake} pence after {staked_this_round} was refused: {refusal}")
 
 
 def test_bets_are_whole_pounds() -> None:

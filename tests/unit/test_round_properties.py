@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Protocol, TypeVar
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -274,6 +275,7 @@ def round_phases(events: Sequence[TableEvent]) -> dict[str, Phase]:
     return {round_id: replay_round(evs).phase for round_id, evs in by_round.items()}
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(st.data(), st.integers(0, 2**32))
 def test_replaying_the_events_rebuilds_the_table_exactly(data: st.DataObject, seed: int) -> None:
@@ -281,6 +283,7 @@ def test_replaying_the_events_rebuilds_the_table_exactly(data: st.DataObject, se
     assert replay(run.events) == run.table
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.data(), st.integers(0, 2**32))
 def test_money_is_conserved_in_every_round(data: st.DataObject, seed: int) -> None:
@@ -301,6 +304,7 @@ def test_money_is_conserved_in_every_round(data: st.DataObject, seed: int) -> No
             assert book.returned == book.placed
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(st.data(), st.integers(0, 2**32))
 def test_every_event_survives_a_trip_through_json(data: st.DataObject, seed: int) -> None:

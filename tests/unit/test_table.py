@@ -2,6 +2,7 @@
 
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta, timezone
+from typing import get_args
 
 import pytest
 
@@ -63,6 +64,7 @@ from domain.round_errors import (
     VoidNeedsAReason,
 )
 from domain.table import (
+    _DECISIONS,
     CloseWindow,
     Command,
     CreateTable,
@@ -223,6 +225,11 @@ def test_a_table_is_created_once() -> None:
 def test_commands_to_a_table_never_created_are_refused() -> None:
     with pytest.raises(TableNotFound):
         decide(None, SitDown("alice", 1), T0)
+
+
+def test_every_command_but_create_table_has_a_decision_of_its_own() -> None:
+    # decide dispatches on the command's type; a command missing here would fail only when sent.
+    assert set(_DECISIONS) == set(get_args(Command)) - {CreateTable}
 
 
 @pytest.mark.parametrize(
@@ -532,7 +539,13 @@ def test_bets_removed_free_the_round_maximum_again() -> None:
     game.open()
     game.bet("alice", Spot.PLAYER, 250_000)
     game.run(RemoveBets("alice"))
-    game.bet("alice", Spot.BANKER, 250_000)
+    assert game.run(PlaceBet("alice", Spot.BANKER, 250_000)) == [
+        BetPlaced("round-1", 1, "alice", Spot.BANKER, 250_000)
+    ]
+    assert game.state.round is not None
+    participant = game.state.round.participant("alice")
+    assert participant is not None
+    assert participant.bets == (Bet(Spot.BANKER, 250_000),)
 
 
 def test_removing_bets_when_there_are_none_is_refused() -> None:
