@@ -43,7 +43,8 @@ from service.application.actor import Actor
 from service.application.appends import Receipt
 from service.application.chat import ChatService
 from service.application.errors import Conflict, TableNotFound
-from service.application.game.tables import IDLE, GameService
+from service.application.game.tables import GameService
+from service.application.game.views import IDLE
 from service.application.players import PlayerService
 from service.application.streams import DomainEvent
 from service.application.wallets import WalletService

@@ -11,30 +11,22 @@ and reveal when due, and the next round's opening, so the log never holds half a
 from __future__ import annotations
 
 import logging
-import threading
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Protocol
 
 from domain.cards import Card
 from domain.errors import BetAbovePlayerLimit
 from domain.outcome import Spot
 from domain.round import (
-    BetPlaced,
-    BetSettled,
     CardDrawn,
     Phase,
     RoundOpened,
-    StakeReturned,
 )
-from domain.round import SettlementReversed as RoundSettlementReversed
 from domain.shoe import ServerSeed, random_client_seed
 from domain.table import (
     CloseWindow,
-    Command,
     CreateTable,
     DealCoup,
     LeaveTable,
@@ -53,31 +45,23 @@ from domain.table import (
     SitDown,
     Table,
     TableCreated,
-    TableEvent,
     TableSettings,
     UnmutePlayer,
     decide,
     evolve,
 )
 from domain.wallet import (
-    CreditPayout,
-    ReserveStake,
-    ReturnStake,
-    ReverseSettlement,
     Wallet,
-    WalletCommand,
-    WalletEvent,
-    decide_wallet,
-    evolve_wallet,
 )
 from events.store import AppendResult, EventStore, StreamAppend
 from service.application.actor import Actor
 from service.application.appends import DEFAULT_ATTEMPTS, Prepared, Receipt, run_command
 from service.application.errors import RoundNotFound, TableNotFound
+from service.application.game.plan import NewShoe, NothingDue, Plan, ShoeCards
+from service.application.game.views import LiveState, live_state
 from service.application.players import LimitCache
 from service.application.streams import (
     TABLE,
-    DomainEvent,
     TableCache,
     player_stream,
     table_stream,
@@ -104,200 +88,6 @@ class NoScheduler:
 
     def schedule_window_close(self, table_id: str, round_id: str, at: datetime) -> None:
         """Do nothing."""
-
-
-# What a live-state view shows: never a seed, never an undealt card.
-
-
-@dataclass(frozen=True, slots=True)
-class BetView:
-    """One bet on the layout: a spot and its stake in pence."""
-
-    spot: str
-    stake: int
-
-
-@dataclass(frozen=True, slots=True)
-class SeatView:
-    """A seat as the table shows it: who sits there and what they did in the current round."""
-
-    number: int
-    player_id: str | None
-    in_round: bool
-    action: str | None
-    bets: tuple[BetView, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class CardView:
-    """A card dealt in the current round: hand, shoe position, code and the tableau's reason."""
-
-    hand: str
-    position: int
-    card: str
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class LiveState:
-    """A table's live state for a front end, read at one version of the table's stream."""
-
-    table_id: str
-    version: int
-    seats_count: int
-    decks: int
-    minimum: int
-    maximum: int
-    currency: str
-    betting_window_ms: int
-    phase: str
-    round_id: str | None
-    round_number: int | None
-    deadline: datetime | None
-    seats: tuple[SeatView, ...]
-    shoe_id: str | None
-    server_seed_hash: str | None
-    hands_left: int | None
-    cards_left: int | None
-    cards: tuple[CardView, ...]
-    outcome: str | None
-
-
-IDLE = "idle"
-"""The phase of a table with no round, or whose last round is over and no next one opened."""
-
-
-class ShoeCards:
-    """Per process, LRU-bounded: the shuffled cards of open shoes, kept in memory only."""
-
-    def __init__(self, capacity: int = 256) -> None:
-        self._capacity = capacity
-        self._lock = threading.Lock()
-        self._cards: OrderedDict[str, tuple[Card, ...]] = OrderedDict()
-
-    def get(self, shoe_id: str) -> tuple[Card, ...] | None:
-        """A shoe's cards if this process has them."""
-        with self._lock:
-            cards = self._cards.get(shoe_id)
-            if cards is not None:
-                self._cards.move_to_end(shoe_id)
-            return cards
-
-    def put(self, shoe_id: str, cards: tuple[Card, ...]) -> None:
-        """Keep a shoe's cards."""
-        with self._lock:
-            self._cards[shoe_id] = cards
-            self._cards.move_to_end(shoe_id)
-            while len(self._cards) > self._capacity:
-                self._cards.popitem(last=False)
-
-    def forget(self, shoe_id: str) -> None:
-        """Drop a retired shoe's cards."""
-        with self._lock:
-            self._cards.pop(shoe_id, None)
-
-
-class _NothingDue(Exception):  # noqa: N818 -- control flow, never seen outside this module
-    """A catch-up found the table already caught up."""
-
-
-@dataclass(slots=True)
-class _NewShoe:
-    """A shoe generated for this command but not yet in the log; its seed is stored first."""
-
-    shoe_id: str
-    seed: ServerSeed
-    nonce: int
-    stored: bool = False
-
-
-class _Plan:
-    """One command's decisions: table events on a scratch table, and each wallet's side."""
-
-    def __init__(
-        self,
-        table_id: str,
-        version: int,
-        table: Table,
-        load_wallet: Callable[[str], tuple[int, Wallet]],
-    ) -> None:
-        self.table_id = table_id
-        self.version = version
-        self.table = table
-        self.table_events: list[TableEvent] = []
-        self._load_wallet = load_wallet
-        self.wallets: dict[str, tuple[int, Wallet, list[WalletEvent]]] = {}
-        self.guards: dict[str, int] = {}
-        self.new_shoe: _NewShoe | None = None
-        self.trust_cached_limits = False
-        self.used_cached_limit = False
-
-    def run(self, command: Command, now: datetime) -> list[TableEvent]:
-        """Decide a table command on the scratch table and follow its money into wallets."""
-        events = decide(self.table, command, now)
-        for event in events:
-            self.table = evolve(self.table, event)
-            self._follow_money(event)
-        self.table_events.extend(events)
-        return events
-
-    def guard(self, stream_id: str, version: int) -> None:
-        """Append nothing to this stream, but only if it is still at the version read."""
-        self.guards[stream_id] = version
-
-    def _follow_money(self, event: TableEvent) -> None:
-        command: WalletCommand
-        table_id = self.table_id
-        match event:
-            case BetPlaced(round_id=round_id, player_id=player_id, spot=spot, stake=stake):
-                command = ReserveStake(table_id, round_id, spot, stake)
-            case StakeReturned(round_id=round_id, player_id=player_id, spot=spot, stake=stake):
-                command = ReturnStake(table_id, round_id, spot, stake, str(event.reason))
-            case BetSettled(round_id=round_id, player_id=player_id, spot=spot, stake=stake):
-                command = CreditPayout(
-                    table_id, round_id, spot, stake, event.payout, event.commission
-                )
-            case RoundSettlementReversed(round_id=round_id, player_id=player_id, spot=spot):
-                command = ReverseSettlement(
-                    table_id, round_id, spot, event.stake, event.payout, event.commission
-                )
-            case _:
-                return
-        if player_id not in self.wallets:
-            version, wallet = self._load_wallet(player_id)
-            self.wallets[player_id] = (version, wallet, [])
-        version, wallet, events = self.wallets[player_id]
-        for wallet_event in decide_wallet(wallet, command):
-            wallet = evolve_wallet(wallet, wallet_event)
-            events.append(wallet_event)
-        self.wallets[player_id] = (version, wallet, events)
-
-    def appends(self) -> list[StreamAppend]:
-        """The table's events, then each wallet's in player order, then the guards."""
-        appends = [
-            StreamAppend(
-                table_stream(self.table_id),
-                self.version,
-                [to_new_event(event) for event in self.table_events],
-            )
-        ]
-        for player_id in sorted(self.wallets):
-            version, _, events = self.wallets[player_id]
-            appends.append(
-                StreamAppend(
-                    wallet_stream(player_id), version, [to_new_event(event) for event in events]
-                )
-            )
-        for stream_id, version in sorted(self.guards.items()):
-            appends.append(StreamAppend(stream_id, version, []))
-        return appends
-
-    def events(self) -> tuple[DomainEvent, ...]:
-        """Every event of the plan, in append order."""
-        wallet_events: list[DomainEvent] = []
-        for player_id in sorted(self.wallets):
-            wallet_events.extend(self.wallets[player_id][2])
-        return (*self.table_events, *wallet_events)
 
 
 class GameService:
@@ -374,7 +164,7 @@ class GameService:
 
     def live_state(self, table_id: str) -> LiveState:
         """What a front end shows of a table now; a lapsed window is closed and dealt first."""
-        return _live_state(*self.catch_up(table_id))
+        return live_state(*self.catch_up(table_id))
 
     def catch_up(self, table_id: str, actor: Actor = SYSTEM) -> tuple[int, Table]:
         """Enforce a lapsed betting window (exclude, then deal); the table as it then stands.
@@ -409,7 +199,7 @@ class GameService:
     ) -> Receipt:
         """Put a stake on a spot, reserving it from the wallet in the same append."""
 
-        def act(plan: _Plan, now: datetime) -> None:
+        def act(plan: Plan, now: datetime) -> None:
             limit = self._player_limit(plan, player_id)
             self._open_shoe_for_new_round(plan, player_id, now)
             plan.run(PlaceBet(player_id, Spot(spot), stake, limit), now)
@@ -425,7 +215,7 @@ class GameService:
     def rebet(self, table_id: str, player_id: str, actor: Actor) -> Receipt:
         """Repeat one's bets of the last round played at this seat."""
 
-        def act(plan: _Plan, now: datetime) -> None:
+        def act(plan: Plan, now: datetime) -> None:
             limit = self._player_limit(plan, player_id)
             self._open_shoe_for_new_round(plan, player_id, now)
             plan.run(Rebet(player_id, limit), now)
@@ -484,12 +274,12 @@ class GameService:
         return version, table
 
     def _command(
-        self, table_id: str, actor: Actor, act: Callable[[_Plan, datetime], object]
+        self, table_id: str, actor: Actor, act: Callable[[Plan, datetime], object]
     ) -> Receipt:
-        new_shoe: list[_NewShoe | None] = [None]
+        new_shoe: list[NewShoe | None] = [None]
         attempted = [False]
 
-        def plan_command(trust_cached_limits: bool) -> _Plan:
+        def plan_command(trust_cached_limits: bool) -> Plan:
             now = self._clock()
             version, table = self._load(table_id)
             if self._overdue(table, now):
@@ -497,7 +287,7 @@ class GameService:
                 # is the table's own append, not the caller's, and carries no idempotency key.
                 self._catch_up(table_id)
                 version, table = self._load(table_id)
-            plan = _Plan(table_id, version, table, self._wallet)
+            plan = Plan(table_id, version, table, self._wallet)
             plan.trust_cached_limits = trust_cached_limits
             plan.new_shoe = new_shoe[0]
             try:
@@ -523,12 +313,12 @@ class GameService:
 
     def _catch_up(self, table_id: str, actor: Actor = SYSTEM) -> Receipt | None:
         """Close a lapsed window and deal, as the table's own append; None if nothing was due."""
-        new_shoe: list[_NewShoe | None] = [None]
+        new_shoe: list[NewShoe | None] = [None]
 
         def prepare() -> Prepared:
             now = self._clock()
             version, table = self._load(table_id)
-            plan = _Plan(table_id, version, table, self._wallet)
+            plan = Plan(table_id, version, table, self._wallet)
             plan.new_shoe = new_shoe[0]
             current = table.round
             if (
@@ -540,13 +330,13 @@ class GameService:
                 plan.run(CloseWindow(), now)
             self._advance(plan, now)
             if not plan.table_events:
-                raise _NothingDue
+                raise NothingDue
             new_shoe[0] = plan.new_shoe
             return self._prepared(plan)
 
         try:
             return run_command(self._store, actor, prepare, self._attempts)
-        except _NothingDue:
+        except NothingDue:
             return None  # another request caught the table up first
 
     def _overdue(self, table: Table, now: datetime) -> bool:
@@ -558,7 +348,7 @@ class GameService:
             return not current.pending or current.window_closed(now)
         return current.deal_interrupted
 
-    def _advance(self, plan: _Plan, now: datetime) -> None:
+    def _advance(self, plan: Plan, now: datetime) -> None:
         """Deal a round everyone has acted in, retire a spent shoe, open the next round."""
         current = plan.table.round
         if current is None or not (current.ready_to_deal or current.deal_interrupted):
@@ -570,7 +360,7 @@ class GameService:
             self._ensure_shoe(plan, now)
             plan.run(OpenRound(plan.table.next_round_id), now)
 
-    def _deal(self, plan: _Plan, now: datetime) -> None:
+    def _deal(self, plan: Plan, now: datetime) -> None:
         current = plan.table.round
         assert current is not None
         shoe = plan.table.shoe
@@ -593,12 +383,12 @@ class GameService:
             plan.run(RevealShoe(shoe.shoe_id, self._secret(shoe.shoe_id)), now)
             self._shoes.forget(shoe.shoe_id)
 
-    def _open_shoe_for_new_round(self, plan: _Plan, player_id: str, now: datetime) -> None:
+    def _open_shoe_for_new_round(self, plan: Plan, player_id: str, now: datetime) -> None:
         """Before a bet that opens a round, open a shoe so its commitment precedes the bets."""
         if not plan.table.round_under_way and plan.table.seat_of(player_id) is not None:
             self._ensure_shoe(plan, now)
 
-    def _ensure_shoe(self, plan: _Plan, now: datetime) -> None:
+    def _ensure_shoe(self, plan: Plan, now: datetime) -> None:
         """Open a shoe unless a live one is open; its seed is stored just before the append."""
         table = plan.table
         if table.live_shoe is not None:
@@ -611,7 +401,7 @@ class GameService:
         nonce = table.shoes_opened + 1
         new = plan.new_shoe
         if new is None or new.nonce != nonce:
-            new = _NewShoe(uuid.uuid4().hex, self._seeds(), nonce)
+            new = NewShoe(uuid.uuid4().hex, self._seeds(), nonce)
         plan.new_shoe = new
         # A client seed ops rotated in (ClientSeedRotated) is the one this shoe must open with.
         client_seed = table.next_client_seed or self._client_seeds()
@@ -650,7 +440,7 @@ class GameService:
     def _wallet(self, player_id: str) -> tuple[int, Wallet]:
         return self._wallets.wallet(self._store, player_id)
 
-    def _player_limit(self, plan: _Plan, player_id: str) -> int | None:
+    def _player_limit(self, plan: Plan, player_id: str) -> int | None:
         stream = player_stream(player_id)
         # A limit changes at most once a week, so the cached one is nearly always current and
         # saves a read on every bet. Trusting it is safe: the guard below names its version,
@@ -664,7 +454,7 @@ class GameService:
         plan.guard(stream, version)
         return limit.limit
 
-    def _prepared(self, plan: _Plan) -> Prepared:
+    def _prepared(self, plan: Plan) -> Prepared:
         new_shoe = plan.new_shoe
         if new_shoe is not None and not new_shoe.stored:
             # The seed goes to shoe_secrets, never the log, before the commitment is appended;
@@ -695,56 +485,3 @@ class GameService:
             # The window is also closed lazily by the next request, so a scheduler outage
             # delays a table rather than failing a bet that is already recorded.
             log.exception("could not schedule the window of round %s", round_id)
-
-
-def _live_state(version: int, table: Table) -> LiveState:
-    current = table.round
-    settings = table.settings
-    phase = IDLE if current is None or current.is_over else str(current.phase)
-    seats: list[SeatView] = []
-    for number, seat in enumerate(table.seats, start=1):
-        participant = (
-            current.participant(seat.player_id)
-            if seat is not None and current is not None and not current.is_over
-            else None
-        )
-        seats.append(
-            SeatView(
-                number=number,
-                player_id=seat.player_id if seat is not None else None,
-                in_round=participant is not None,
-                action=str(participant.action) if participant is not None else None,
-                bets=tuple(BetView(str(b.spot), b.stake) for b in participant.bets)
-                if participant is not None
-                else (),
-            )
-        )
-    shoe = table.live_shoe
-    cards: tuple[CardView, ...] = ()
-    if current is not None:
-        cards = tuple(
-            CardView(str(e.hand), e.position, e.card, e.reason)
-            for e in current.deal_events
-            if isinstance(e, CardDrawn)
-        )
-    return LiveState(
-        table_id=table.table_id,
-        version=version,
-        seats_count=settings.seats,
-        decks=settings.decks,
-        minimum=settings.limits.minimum,
-        maximum=settings.limits.maximum,
-        currency=settings.currency,
-        betting_window_ms=settings.betting_window // timedelta(milliseconds=1),
-        phase=phase,
-        round_id=current.round_id if current is not None else None,
-        round_number=current.number if current is not None else None,
-        deadline=current.deadline if current is not None and not current.is_over else None,
-        seats=tuple(seats),
-        shoe_id=shoe.shoe_id if shoe is not None else None,
-        server_seed_hash=shoe.commitment if shoe is not None else None,
-        hands_left=shoe.hands_left if shoe is not None else None,
-        cards_left=shoe.cards_left if shoe is not None else None,
-        cards=cards,
-        outcome=str(current.outcome) if current is not None and current.outcome else None,
-    )

@@ -16,7 +16,7 @@ import domain.table
 from domain.limits import TableLimits
 from domain.shoe import DEFAULT_DECKS
 from domain.table import MAX_DECKS, MAX_SEATS, TableSettings
-from service.application.game.tables import LiveState
+from service.application.game.views import LiveState
 from service.application.keys import Role
 from service.web.api import Blueprint, actor, container
 from service.web.auth import READERS, roles

@@ -1,0 +1,166 @@
+"""One command's plan: the table's decisions on a scratch copy, and the money they move.
+
+A plan runs domain commands on a scratch table, follows every stake, payout and return into
+the wallets it touches, and turns the lot into one multi-stream append that names the version
+of every stream it read. The shoes' cards are kept per process, since a shuffle is pure.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from domain.cards import Card
+from domain.round import BetPlaced, BetSettled, StakeReturned
+from domain.round import SettlementReversed as RoundSettlementReversed
+from domain.shoe import ServerSeed
+from domain.table import Command, Table, TableEvent, decide, evolve
+from domain.wallet import (
+    CreditPayout,
+    ReserveStake,
+    ReturnStake,
+    ReverseSettlement,
+    Wallet,
+    WalletCommand,
+    WalletEvent,
+    decide_wallet,
+    evolve_wallet,
+)
+from events.store import StreamAppend
+from service.application.streams import DomainEvent, table_stream, to_new_event, wallet_stream
+
+
+class ShoeCards:
+    """Per process, LRU-bounded: the shuffled cards of open shoes, kept in memory only."""
+
+    def __init__(self, capacity: int = 256) -> None:
+        self._capacity = capacity
+        self._lock = threading.Lock()
+        self._cards: OrderedDict[str, tuple[Card, ...]] = OrderedDict()
+
+    def get(self, shoe_id: str) -> tuple[Card, ...] | None:
+        """A shoe's cards if this process has them."""
+        with self._lock:
+            cards = self._cards.get(shoe_id)
+            if cards is not None:
+                self._cards.move_to_end(shoe_id)
+            return cards
+
+    def put(self, shoe_id: str, cards: tuple[Card, ...]) -> None:
+        """Keep a shoe's cards."""
+        with self._lock:
+            self._cards[shoe_id] = cards
+            self._cards.move_to_end(shoe_id)
+            while len(self._cards) > self._capacity:
+                self._cards.popitem(last=False)
+
+    def forget(self, shoe_id: str) -> None:
+        """Drop a retired shoe's cards."""
+        with self._lock:
+            self._cards.pop(shoe_id, None)
+
+
+class NothingDue(Exception):  # noqa: N818 -- control flow, never seen outside this module
+    """A catch-up found the table already caught up."""
+
+
+@dataclass(slots=True)
+class NewShoe:
+    """A shoe generated for this command but not yet in the log; its seed is stored first."""
+
+    shoe_id: str
+    seed: ServerSeed
+    nonce: int
+    stored: bool = False
+
+
+class Plan:
+    """One command's decisions: table events on a scratch table, and each wallet's side."""
+
+    def __init__(
+        self,
+        table_id: str,
+        version: int,
+        table: Table,
+        load_wallet: Callable[[str], tuple[int, Wallet]],
+    ) -> None:
+        self.table_id = table_id
+        self.version = version
+        self.table = table
+        self.table_events: list[TableEvent] = []
+        self._load_wallet = load_wallet
+        self.wallets: dict[str, tuple[int, Wallet, list[WalletEvent]]] = {}
+        self.guards: dict[str, int] = {}
+        self.new_shoe: NewShoe | None = None
+        self.trust_cached_limits = False
+        self.used_cached_limit = False
+
+    def run(self, command: Command, now: datetime) -> list[TableEvent]:
+        """Decide a table command on the scratch table and follow its money into wallets."""
+        events = decide(self.table, command, now)
+        for event in events:
+            self.table = evolve(self.table, event)
+            self._follow_money(event)
+        self.table_events.extend(events)
+        return events
+
+    def guard(self, stream_id: str, version: int) -> None:
+        """Append nothing to this stream, but only if it is still at the version read."""
+        self.guards[stream_id] = version
+
+    def _follow_money(self, event: TableEvent) -> None:
+        command: WalletCommand
+        table_id = self.table_id
+        match event:
+            case BetPlaced(round_id=round_id, player_id=player_id, spot=spot, stake=stake):
+                command = ReserveStake(table_id, round_id, spot, stake)
+            case StakeReturned(round_id=round_id, player_id=player_id, spot=spot, stake=stake):
+                command = ReturnStake(table_id, round_id, spot, stake, str(event.reason))
+            case BetSettled(round_id=round_id, player_id=player_id, spot=spot, stake=stake):
+                command = CreditPayout(
+                    table_id, round_id, spot, stake, event.payout, event.commission
+                )
+            case RoundSettlementReversed(round_id=round_id, player_id=player_id, spot=spot):
+                command = ReverseSettlement(
+                    table_id, round_id, spot, event.stake, event.payout, event.commission
+                )
+            case _:
+                return
+        if player_id not in self.wallets:
+            version, wallet = self._load_wallet(player_id)
+            self.wallets[player_id] = (version, wallet, [])
+        version, wallet, events = self.wallets[player_id]
+        for wallet_event in decide_wallet(wallet, command):
+            wallet = evolve_wallet(wallet, wallet_event)
+            events.append(wallet_event)
+        self.wallets[player_id] = (version, wallet, events)
+
+    def appends(self) -> list[StreamAppend]:
+        """The table's events, then each wallet's in player order, then the guards."""
+        appends = [
+            StreamAppend(
+                table_stream(self.table_id),
+                self.version,
+                [to_new_event(event) for event in self.table_events],
+            )
+        ]
+        for player_id in sorted(self.wallets):
+            version, _, events = self.wallets[player_id]
+            appends.append(
+                StreamAppend(
+                    wallet_stream(player_id), version, [to_new_event(event) for event in events]
+                )
+            )
+        for stream_id, version in sorted(self.guards.items()):
+            appends.append(StreamAppend(stream_id, version, []))
+        return appends
+
+    def events(self) -> tuple[DomainEvent, ...]:
+        """Every event of the plan, in append order."""
+        wallet_events: list[DomainEvent] = []
+        for player_id in sorted(self.wallets):
+            wallet_events.extend(self.wallets[player_id][2])
+        return (*self.table_events, *wallet_events)
