@@ -152,3 +152,45 @@ def test_seven_players_betting_at_once_lose_no_bet(app_pool: Pool) -> None:
     for player in players:
         balance = wallets.balance(player)
         assert (balance.available, balance.reserved) == (100_000 - 500, 500)
+
+
+def test_many_players_removing_rebetting_and_dealing_at_once_never_see_a_stale_wallet(
+    app_pool: Pool,
+) -> None:
+    """Each player's process reads the table, then its wallets: a read in between two appends
+    must re-plan, never answer 409 wallet.stake_not_reserved (issue: spurious stake errors)."""
+    store = PostgresEventStore(app_pool, clock)
+    setup = GameService(store, clock)
+    setup.create_table("T1", TableSettings(), OPS)
+    players = [f"p{n}" for n in range(1, 8)]
+    wallets = WalletService(store, clock)
+    for seat, player in enumerate(players, start=1):
+        wallets.deposit(player, 1_000_000, "float", OPS)
+        setup.sit("T1", player, seat, FRONTEND)
+    refusals: list[str] = []
+
+    def player_round(player: str, game: GameService) -> Callable[[], object]:
+        def play() -> object:
+            for action in (
+                lambda: game.place_bet("T1", player, Spot.BANKER, 200, FRONTEND),
+                lambda: game.remove_bets("T1", player, FRONTEND),
+                lambda: game.place_bet("T1", player, Spot.PLAYER, 100, FRONTEND),
+                lambda: game.press_deal("T1", player, FRONTEND),
+            ):
+                try:
+                    until_not_conflicted(action)
+                except Exception as error:  # a refusal by the rules is fine; noted below
+                    refusals.append(getattr(error, "rule", type(error).__name__))
+            return None
+
+        return play
+
+    # Two processes of three or four threads each: threads share their process's caches.
+    processes = [service(app_pool), service(app_pool)]
+    games = {player: processes[n % 2] for n, player in enumerate(players)}
+    for _ in range(4):
+        race([player_round(player, games[player]) for player in players])
+    assert "wallet.stake_not_reserved" not in refusals
+    for player in players:
+        balance = wallets.balance(player)
+        assert balance.available + balance.reserved <= 1_000_000 + 4 * 100

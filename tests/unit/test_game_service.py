@@ -29,7 +29,13 @@ from domain.table import (
     TableSettings,
 )
 from domain.tableau import deal_coup
-from domain.wallet import InsufficientFunds, PayoutCredited, StakeReserved, StakeReturned
+from domain.wallet import (
+    InsufficientFunds,
+    PayoutCredited,
+    StakeReserved,
+    StakeReturned,
+    Wallet,
+)
 from events.memory import InMemoryEventStore
 from events.store import (
     AppendResult,
@@ -474,3 +480,41 @@ def test_a_command_that_keeps_losing_races_gives_up_with_a_conflict() -> None:
         game.sit("T1", "alice", 1, FRONTEND)
     assert conflict.value.attempts == 3
     assert conflict.value.streams == ["table:T1"]
+
+
+def test_a_wallet_read_after_another_append_moved_the_table_on_replans_not_refuses() -> None:
+    """A deal reads the table, then each wallet; if another append returns a stake between
+    those reads, the wallet no longer holds what the stale table settles. That used to be a
+    409 wallet.stake_not_reserved; it is a stale read, so the deal plans again."""
+    from domain.table import MalfunctionScope, TableSuspended
+    from service.application.malfunctions import MalfunctionService, Scope
+
+    casino = Casino()
+    casino.table()
+    casino.seat("alice", "bob")
+    game = casino.game
+    game.place_bet("T1", "alice", Spot.BANKER, 1_000, FRONTEND)
+    game.place_bet("T1", "bob", Spot.PLAYER, 1_000, FRONTEND)
+    game.press_deal("T1", "alice", FRONTEND)
+    load_wallet = game._wallet
+    interrupted: list[bool] = []
+
+    def wallet_read_late(player_id: str) -> tuple[int, Wallet]:
+        if not interrupted:
+            interrupted.append(True)
+            # Another process voids the round between this deal's table and wallet reads.
+            MalfunctionService(casino.store, casino.clock).declare(
+                "T1", "card reader fault", Scope(MalfunctionScope.CURRENT_ROUND), OPS
+            )
+        return load_wallet(player_id)
+
+    game._wallet = wallet_read_late  # type: ignore[method-assign]
+    with pytest.raises(Exception) as refused:  # noqa: PT011 - any refusal but the stale read's
+        game.press_deal("T1", "bob", FRONTEND)
+    assert interrupted == [True]
+    assert getattr(refused.value, "rule", None) != "wallet.stake_not_reserved"
+    assert not isinstance(refused.value, Conflict)
+    events = casino.store.read_stream("table:T1")
+    assert any(e.type == TableSuspended.type for e in events)
+    assert casino.available("alice") == 10_000
+    assert casino.available("bob") == 10_000

@@ -23,13 +23,14 @@ from domain.wallet import (
     ReserveStake,
     ReturnStake,
     ReverseSettlement,
+    StakeNotReserved,
     Wallet,
     WalletCommand,
     WalletEvent,
     decide_wallet,
     evolve_wallet,
 )
-from events.store import StreamAppend
+from events.store import ConcurrencyConflict, EventStoreError, StreamAppend
 from service.application.streams import DomainEvent, table_stream, to_new_event, wallet_stream
 
 
@@ -61,6 +62,20 @@ class ShoeCards:
         """Drop a retired shoe's cards."""
         with self._lock:
             self._cards.pop(shoe_id, None)
+
+
+class StaleTableRead(ConcurrencyConflict):
+    """A wallet read after the table was moved on by another append: plan again from both."""
+
+    def __init__(self, stream_id: str, version: int, player_id: str) -> None:
+        EventStoreError.__init__(
+            self,
+            f"stream {stream_id!r} was read at version {version}, before the wallet of"
+            f" {player_id!r} moved on",
+        )
+        self.stream_id = stream_id
+        self.expected = version
+        self.actual = version
 
 
 class NothingDue(Exception):  # noqa: N818 -- control flow, never seen outside this module
@@ -133,7 +148,14 @@ class Plan:
             version, wallet = self._load_wallet(player_id)
             self.wallets[player_id] = (version, wallet, [])
         version, wallet, events = self.wallets[player_id]
-        for wallet_event in decide_wallet(wallet, command):
+        try:
+            decided = decide_wallet(wallet, command)
+        except StakeNotReserved as error:
+            # The table and the wallet agree by construction (one append writes both), so a
+            # stake the table holds but the wallet does not means the wallet was read after
+            # another append moved it on: this table read is stale. Re-plan, never refuse.
+            raise StaleTableRead(table_stream(table_id), self.version, player_id) from error
+        for wallet_event in decided:
             wallet = evolve_wallet(wallet, wallet_event)
             events.append(wallet_event)
         self.wallets[player_id] = (version, wallet, events)
