@@ -225,7 +225,7 @@ def test_four_players_one_pass_one_timeout_dealt_by_the_worker_and_paid_by_the_r
             "decks": 8,
             "minimum_pence": 500,
             "maximum_pence": 50_000,
-            "betting_window_seconds": WINDOW_SECONDS,
+            "betting_window_ms": WINDOW_SECONDS * 1000,
         },
     )
     assert created["betting_window_ms"] == WINDOW_SECONDS * 1000
