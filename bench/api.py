@@ -50,7 +50,11 @@ from events.store import EventMetadata  # noqa: E402
 from service.application.keys import Role, create_key  # noqa: E402
 from service.cli.serve import DEFAULT_WORKERS  # noqa: E402
 
-SHOEBOX: Final = _ROOT / ".venv" / "bin" / "shoebox"
+# The venv of this checkout, else the one running this script (a worktree shares a venv).
+SHOEBOX: Final = next(
+    (p for p in (_ROOT / ".venv" / "bin" / "shoebox",) if p.is_file()),
+    Path(sys.executable).with_name("shoebox"),
+)
 START_TIMEOUT_SECONDS: Final = 30.0
 BET: Final = "bet"
 PING: Final = "ping"
@@ -214,7 +218,7 @@ def set_up_tables(port: int, keys: Keys, count: int, run: str) -> list[str]:
             ops.ok(
                 "POST",
                 "/tables",
-                {"table_id": table_id, "seats": SEATS, "betting_window_seconds": WINDOW_SECONDS},
+                {"table_id": table_id, "seats": SEATS, "betting_window_ms": WINDOW_SECONDS * 1000},
             )
             for seat, player_id in enumerate(player_ids(table_id), start=1):
                 ops.ok(
