@@ -42,6 +42,9 @@ MEMORY: Final = 20_000
 POLL_SECONDS: Final = 1.0
 """How long the tail waits for a NOTIFY before looking at the log anyway."""
 RETRY_SECONDS: Final = 1.0
+COALESCE_SECONDS: Final = 0.02
+"""How long the tail lets appends gather after a NOTIFY before it reads them: a bound on the
+latency it adds, and what turns a burst of appends into one wake-up of each client."""
 """How long the tail waits before reconnecting after losing the database."""
 
 _HEAD = "SELECT coalesce(max(position), 0) FROM events"
@@ -106,9 +109,11 @@ class LogTail:
         keep: Callable[[RecordedEvent], bool] = lambda event: True,
         memory: int = MEMORY,
         poll_seconds: float = POLL_SECONDS,
+        coalesce_seconds: float = COALESCE_SECONDS,
         upcasters: Upcasters | None = None,
     ) -> None:
         self._connect = connect
+        self._coalesce_seconds = coalesce_seconds
         self._keep = keep
         self._memory = memory
         self._poll_seconds = poll_seconds
@@ -230,6 +235,9 @@ class LogTail:
         with closing(conn.notifies(timeout=self._poll_seconds, stop_after=1)) as notifies:
             for _ in notifies:
                 break
+        # A moment for the appends committing alongside this one: one read and one wake-up of
+        # each client then carry them all, which is what keeps hundreds of clients cheap.
+        self._stopping.wait(self._coalesce_seconds)
         # One catch-up answers a burst of appends: drop the notifications already queued.
         with closing(conn.notifies(timeout=0)) as queued:
             for _ in queued:

@@ -18,11 +18,15 @@ misses nothing and gets nothing twice.
 
 from __future__ import annotations
 
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
+
+import orjson
 
 from domain.round import RoundOpened
 from domain.table import (
@@ -109,10 +113,14 @@ def public_view(
 
 @dataclass(frozen=True, slots=True)
 class FeedMessage:
-    """One message of a feed: an event (with its position as id), or the projection lag."""
+    """One message of a feed: an event (with its position as id), or the projection lag.
+
+    `data` is the view already encoded as compact JSON: the clients of one table share one
+    encoding of each event (FeedService caches them), which is most of what a feed costs.
+    """
 
     event: str
-    data: Mapping[str, JsonValue]
+    data: bytes
     id: int | None = None
 
 
@@ -127,6 +135,8 @@ class Closing:
 
 
 FeedItem = FeedMessage | Heartbeat | Closing
+VIEW_CACHE: Final = 8192
+"""Encoded views kept per process: the recent events, once per kind of audience."""
 
 
 class FeedService:
@@ -146,6 +156,8 @@ class FeedService:
         self._heartbeat_seconds = heartbeat_seconds
         self._lag = lag
         self._lag_seconds = lag_seconds
+        self._views: OrderedDict[tuple[int, str | None, bool], FeedMessage] = OrderedDict()
+        self._views_lock = threading.Lock()
 
     @property
     def tail(self) -> LogTail:
@@ -158,12 +170,13 @@ class FeedService:
 
     def table(
         self, table_id: str, after: int, audience: Audience, *, oversight: bool
-    ) -> Iterator[FeedItem]:
-        """A table's public events after `after`, then each as it commits, until stopped."""
+    ) -> Iterator[list[FeedItem]]:
+        """A table's public events after `after`, then each as it commits, until stopped; in
+        deliveries, each what one wake-up found, to be written to the client at once."""
         streams = frozenset({table_stream(table_id), chat_stream(table_id)})
         return self._follow(streams, after, audience, oversight=oversight, with_lag=False)
 
-    def everything(self, after: int, audience: Audience) -> Iterator[FeedItem]:
+    def everything(self, after: int, audience: Audience) -> Iterator[list[FeedItem]]:
         """Every table's public events after `after`, and the projection lag now and then
         (for ops and regulators only)."""
         return self._follow(None, after, audience, oversight=True, with_lag=self._lag is not None)
@@ -176,7 +189,7 @@ class FeedService:
         *,
         oversight: bool,
         with_lag: bool,
-    ) -> Iterator[FeedItem]:
+    ) -> Iterator[list[FeedItem]]:
         clock = time.monotonic
         waiter = self._tail.subscribe(streams)
         try:
@@ -185,26 +198,45 @@ class FeedService:
             while not self._tail.stopping:
                 waiter.woken.clear()
                 events, full = self._events_after(waiter.streams, after)
-                for event in events:
-                    if is_public(event):
-                        view = public_view(event, audience, oversight=oversight)
-                        yield FeedMessage(event.type, view, event.position)
-                    after = event.position
+                delivery: list[FeedItem] = [
+                    self._message(event, audience, oversight)
+                    for event in events
+                    if is_public(event)
+                ]
                 if events:
+                    after = events[-1].position
                     next_beat = clock() + self._heartbeat_seconds
                 if full:
+                    yield delivery
                     continue  # the log holds more than one batch for this client: read on
                 if next_lag is not None and clock() >= next_lag and self._lag is not None:
-                    yield FeedMessage(PROJECTION_LAG_EVENT, self._lag())
+                    delivery.append(FeedMessage(PROJECTION_LAG_EVENT, orjson.dumps(self._lag())))
                     next_lag = clock() + self._lag_seconds
                 if clock() >= next_beat:
-                    yield Heartbeat()
+                    delivery.append(Heartbeat())
                     next_beat = clock() + self._heartbeat_seconds
+                if delivery:
+                    yield delivery
                 wake_at = next_beat if next_lag is None else min(next_beat, next_lag)
                 waiter.woken.wait(max(0.0, wake_at - clock()))
-            yield Closing()
+            yield [Closing()]
         finally:
             self._tail.unsubscribe(waiter)
+
+    def _message(self, event: RecordedEvent, audience: Audience, oversight: bool) -> FeedMessage:
+        """The event's message for this kind of audience, encoded once and shared."""
+        key = (event.position, audience.operator, oversight)
+        with self._views_lock:
+            cached = self._views.get(key)
+        if cached is not None:
+            return cached
+        view = public_view(event, audience, oversight=oversight)
+        message = FeedMessage(event.type, orjson.dumps(view), event.position)
+        with self._views_lock:
+            self._views[key] = message
+            while len(self._views) > VIEW_CACHE:
+                self._views.popitem(last=False)
+        return message
 
     def _events_after(
         self, streams: frozenset[str] | None, after: int

@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from typing import Any, Final
 
 import marshmallow as ma
-import orjson
 from flask import Response, request
 from flask.views import MethodView
 
@@ -102,32 +101,26 @@ def _feed() -> FeedService:
 def _message(item: FeedItem) -> bytes:
     if isinstance(item, FeedMessage):
         lines = b"" if item.id is None else b"id: %d\n" % item.id
-        return (
-            lines
-            + b"event: "
-            + item.event.encode()
-            + b"\ndata: "
-            + orjson.dumps(item.data)
-            + b"\n\n"
-        )
+        return lines + b"event: " + item.event.encode() + b"\ndata: " + item.data + b"\n\n"
     if isinstance(item, Heartbeat):
         return b": heartbeat\n\n"
     return b"retry: %d\n: the server is stopping; reconnect to resume\n\n" % RETRY_MS
 
 
-def _stream(items: Iterator[FeedItem]) -> Response:
+def _stream(deliveries: Iterator[list[FeedItem]]) -> Response:
     def body() -> Iterator[bytes]:
         FEED_CLIENTS.inc()
         try:
             # Said first, so that a client reconnects promptly whenever the connection drops.
             yield b"retry: %d\n\n" % RETRY_MS
-            for item in items:
-                yield _message(item)
-                if isinstance(item, Closing):
+            for delivery in deliveries:
+                # One write a wake-up, however many events it found.
+                yield b"".join(_message(item) for item in delivery)
+                if any(isinstance(item, Closing) for item in delivery):
                     return
         finally:
             FEED_CLIENTS.dec()
-            close = getattr(items, "close", None)
+            close = getattr(deliveries, "close", None)
             if callable(close):
                 close()
 
