@@ -28,6 +28,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -164,14 +165,16 @@ def serving(database_url: str, workers: int, threads: int) -> Iterator[int]:
         environment.pop(name, None)
     command = [str(SHOEBOX), "serve", "--bind", f"127.0.0.1:{port}"]
     command += ["--workers", str(workers), "--threads", str(threads)]
-    process = subprocess.Popen(
-        command, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-    )
+    # A file, not a pipe: the server logs a line a request, and a pipe nobody reads while the
+    # benchmark runs would fill and stall it.
+    log = tempfile.TemporaryFile()  # noqa: SIM115 - closed in the finally below
+    process = subprocess.Popen(command, env=environment, stdout=subprocess.DEVNULL, stderr=log)
     try:
         deadline = time.monotonic() + START_TIMEOUT_SECONDS
         while True:
             if process.poll() is not None:
-                errors = process.stderr.read().decode() if process.stderr else ""
+                log.seek(0)
+                errors = log.read().decode()[-4000:]
                 raise RuntimeError(f"shoebox serve exited: {errors}")
             try:
                 with socket.create_connection(("127.0.0.1", port), timeout=1):
@@ -189,8 +192,7 @@ def serving(database_url: str, workers: int, threads: int) -> Iterator[int]:
             if process.poll() is None:
                 process.kill()
                 process.wait()
-            if process.stderr is not None:
-                process.stderr.close()
+            log.close()
 
 
 def await_workers(port: int, keys: Keys, workers: int) -> None:
