@@ -63,7 +63,11 @@ class DemoKey:
 
 @click.command("run")
 @click.option("--workers", type=click.IntRange(min=1), help="Gunicorn workers (serve's default).")
-@click.option("--threads", type=click.IntRange(min=1), help="Threads per gunicorn worker.")
+@click.option(
+    "--threads",
+    type=click.IntRange(min=1),
+    help="Threads per gunicorn worker, with gthread workers instead of gevent.",
+)
 @click.option(
     "--demo-keys/--no-demo-keys",
     default=True,
@@ -100,7 +104,8 @@ def run(workers: int | None, threads: int | None, demo_keys: bool) -> None:
             if workers is not None:
                 serve_arguments += ["--workers", str(workers)]
             if threads is not None:
-                serve_arguments += ["--threads", str(threads)]
+                # Threads a worker means the thread-per-request model (docs/operations.md).
+                serve_arguments += ["--worker-class", "gthread", "--threads", str(threads)]
             try:
                 children.append(_Child.start("serve", serve_arguments, environment))
                 children.append(_Child.start("worker", ["worker"], environment))
