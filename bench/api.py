@@ -28,6 +28,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -50,7 +51,11 @@ from events.store import EventMetadata  # noqa: E402
 from service.application.keys import Role, create_key  # noqa: E402
 from service.cli.serve import DEFAULT_WORKERS  # noqa: E402
 
-SHOEBOX: Final = _ROOT / ".venv" / "bin" / "shoebox"
+# The venv of this checkout, else the one running this script (a worktree shares a venv).
+SHOEBOX: Final = next(
+    (p for p in (_ROOT / ".venv" / "bin" / "shoebox",) if p.is_file()),
+    Path(sys.executable).with_name("shoebox"),
+)
 START_TIMEOUT_SECONDS: Final = 30.0
 BET: Final = "bet"
 PING: Final = "ping"
@@ -160,14 +165,16 @@ def serving(database_url: str, workers: int, threads: int) -> Iterator[int]:
         environment.pop(name, None)
     command = [str(SHOEBOX), "serve", "--bind", f"127.0.0.1:{port}"]
     command += ["--workers", str(workers), "--threads", str(threads)]
-    process = subprocess.Popen(
-        command, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-    )
+    # A file, not a pipe: the server logs a line a request, and a pipe nobody reads while the
+    # benchmark runs would fill and stall it.
+    log = tempfile.TemporaryFile()  # noqa: SIM115 - closed in the finally below
+    process = subprocess.Popen(command, env=environment, stdout=subprocess.DEVNULL, stderr=log)
     try:
         deadline = time.monotonic() + START_TIMEOUT_SECONDS
         while True:
             if process.poll() is not None:
-                errors = process.stderr.read().decode() if process.stderr else ""
+                log.seek(0)
+                errors = log.read().decode()[-4000:]
                 raise RuntimeError(f"shoebox serve exited: {errors}")
             try:
                 with socket.create_connection(("127.0.0.1", port), timeout=1):
@@ -185,8 +192,7 @@ def serving(database_url: str, workers: int, threads: int) -> Iterator[int]:
             if process.poll() is None:
                 process.kill()
                 process.wait()
-            if process.stderr is not None:
-                process.stderr.close()
+            log.close()
 
 
 def await_workers(port: int, keys: Keys, workers: int) -> None:
@@ -214,7 +220,7 @@ def set_up_tables(port: int, keys: Keys, count: int, run: str) -> list[str]:
             ops.ok(
                 "POST",
                 "/tables",
-                {"table_id": table_id, "seats": SEATS, "betting_window_seconds": WINDOW_SECONDS},
+                {"table_id": table_id, "seats": SEATS, "betting_window_ms": WINDOW_SECONDS * 1000},
             )
             for seat, player_id in enumerate(player_ids(table_id), start=1):
                 ops.ok(

@@ -1,8 +1,9 @@
 """The roads: a shoe's results drawn as the Bead Plate, the Big Road and its three derived roads.
 
 Conventions used throughout, because the derived-road rules are stated in them: logical and grid
-columns are numbered from 1, rows from 0, and every road is 6 rows deep. A `hand` is the 0-based
-position of a result in the sequence of outcomes the roads were built from.
+columns are numbered from 1, rows from 0, and every road is 6 rows deep. The Bead Plate, which
+no rule reads, numbers both its columns and its rows from 1, as a player counts the cells. A
+`hand` is the 0-based position of a result in the sequence of outcomes the roads were built from.
 
 Ties before the first Player or Banker win have no previous winner's cell to be marked on, so they
 are kept as `leading_ties` and never moved onto a later cell: a cell's tie count then always means
@@ -118,7 +119,10 @@ class Counts:
 
 @dataclass(frozen=True, slots=True)
 class Bead:
-    """One hand on the Bead Plate, which fills each 6-row column top to bottom."""
+    """One hand on the Bead Plate, which fills each 6-row column top to bottom.
+
+    Columns and rows are both numbered from 1: (1, 1) is the top of the first column.
+    """
 
     outcome: Outcome
     column: int
@@ -368,7 +372,7 @@ class RoadsBuilder:
     def add(self, outcome: Outcome) -> None:
         """Records the outcome of the next hand on every road."""
         hand = len(self._beads)
-        self._beads.append(Bead(outcome, hand // ROWS + 1, hand % ROWS))
+        self._beads.append(Bead(outcome, hand // ROWS + 1, hand % ROWS + 1))
         if outcome is Outcome.TIE:
             self._ties += 1
             if self._big_road:

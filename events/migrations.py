@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from urllib.parse import quote, urlencode
 
@@ -9,6 +10,25 @@ import yoyo
 from psycopg.conninfo import conninfo_to_dict
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
+"""The migrations beside the source tree, where a checkout or an editable install finds them."""
+MIGRATIONS_DIR_VARIABLE = "SHOEBOX_MIGRATIONS_DIR"
+APPLIED_TABLE = yoyo.migrations.default_migration_table
+"""yoyo's list of applied migrations; migration 0008 lets the application role read it."""
+
+
+def applied_migrations_query() -> str:
+    """The query that lists the ids of the applied migrations."""
+    return f"SELECT migration_id FROM {APPLIED_TABLE}"  # noqa: S608 - yoyo's constant name
+
+
+def migrations_dir() -> Path:
+    """SHOEBOX_MIGRATIONS_DIR, else MIGRATIONS_DIR.
+
+    An installed wheel (the container image) has no source tree around its packages, so the
+    image copies migrations/ somewhere and names it in the variable.
+    """
+    configured = os.environ.get(MIGRATIONS_DIR_VARIABLE)
+    return Path(configured) if configured else MIGRATIONS_DIR
 
 
 def yoyo_url(conninfo: str) -> str:
@@ -23,8 +43,12 @@ def yoyo_url(conninfo: str) -> str:
     return f"postgresql+psycopg:///{quote(dbname, safe='')}" + (f"?{query}" if query else "")
 
 
-def apply_migrations(admin_url: str, directory: Path = MIGRATIONS_DIR) -> list[str]:
+def apply_migrations(admin_url: str, directory: Path | None = None) -> list[str]:
     """Apply every pending migration as the database owner; return the ids applied."""
+    directory = directory if directory is not None else migrations_dir()
+    if not any(directory.glob("*.sql")):
+        # yoyo would apply nothing and say nothing; a misplaced directory must not pass.
+        raise FileNotFoundError(f"no migrations in {directory}; set {MIGRATIONS_DIR_VARIABLE}")
     backend = yoyo.get_backend(yoyo_url(admin_url))
     try:
         migrations = yoyo.read_migrations(str(directory))

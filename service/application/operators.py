@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from domain.ids import ID_RULE, is_id
 
@@ -22,6 +23,8 @@ DEFAULT_OPERATOR: Final = "default"
 
 SEPARATOR: Final = "/"
 ALIAS_PREFIX: Final = "guest-"
+PLAYER_FIELD: Final = "player_id"
+"""The field that names a player wherever the service writes one."""
 
 
 def checked_operator(operator: str) -> str:
@@ -83,6 +86,32 @@ class Audience:
         if ref.operator == self.operator:
             return ref.player_id
         return alias(self.alias_secret, table_id or "", key)
+
+    def rename(self, document: Any, table_id: str | None) -> Any:
+        """`document` with every `player_id` in it named for this audience.
+
+        A dict's own `table_id` says which table's aliases apply inside it, else `table_id`.
+        This is the one place that decides what a caller sees of players, for JSON responses
+        (service/web/operators.py) and the live feed (service/application/feed.py) alike.
+        """
+        if self.operator is None:
+            return document
+        return self._rename(document, table_id)
+
+    def _rename(self, value: Any, table_id: str | None) -> Any:
+        if isinstance(value, list | tuple):
+            return [self._rename(item, table_id) for item in value]
+        if not isinstance(value, Mapping):
+            return value
+        table = value.get("table_id")
+        here = table if isinstance(table, str) else table_id
+        renamed: dict[str, Any] = {}
+        for name, item in value.items():
+            if name == PLAYER_FIELD and isinstance(item, str):
+                renamed[name] = self.name(item, here)
+            else:
+                renamed[name] = self._rename(item, here)
+        return renamed
 
 
 def alias(secret: bytes, table_id: str, key: str) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import signal
 import threading
 from collections.abc import Iterator
@@ -16,6 +15,7 @@ from events.postgres import Pool, app_conninfo, open_pool
 from events.store import utc_now
 from service.application.read_models import projector as read_models
 from service.embedded import database_url
+from service.runtime.logs import configure_logging
 from service.runtime.settings import Settings
 
 
@@ -54,7 +54,7 @@ def _names(names: tuple[str, ...]) -> tuple[str, ...]:
 @click.argument("names", nargs=-1, metavar="[NAME]...")
 def projector(poll_interval: float, names: tuple[str, ...]) -> None:
     """Follow the log into every read model (or the NAMEd ones) until interrupted."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    configure_logging("projector")
     chosen = _names(names)
     stop = threading.Event()
 

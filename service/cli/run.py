@@ -20,6 +20,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -33,7 +34,7 @@ import click
 
 from events.migrations import apply_migrations
 from service.embedded import database_url, redis_url
-from service.runtime.settings import Settings
+from service.runtime.settings import MULTIPROC_VARIABLE, Settings
 
 DEMO_KEYS_FILE: Final = "demo-keys.json"
 DEMO_KEY_PREFIX: Final = "demo-"
@@ -62,7 +63,11 @@ class DemoKey:
 
 @click.command("run")
 @click.option("--workers", type=click.IntRange(min=1), help="Gunicorn workers (serve's default).")
-@click.option("--threads", type=click.IntRange(min=1), help="Threads per gunicorn worker.")
+@click.option(
+    "--threads",
+    type=click.IntRange(min=1),
+    help="Threads per gunicorn worker, with gthread workers instead of gevent.",
+)
 @click.option(
     "--demo-keys/--no-demo-keys",
     default=True,
@@ -78,18 +83,29 @@ def run(workers: int | None, threads: int | None, demo_keys: bool) -> None:
     children: list[_Child] = []
     failed = False
     try:
-        with database_url(settings) as db_url, redis_url(settings) as queue_url:
+        with (
+            contextlib.ExitStack() as stack,
+            database_url(settings) as db_url,
+            redis_url(settings) as queue_url,
+        ):
             applied = apply_migrations(db_url)
             if applied:
                 click.echo(f"applied {len(applied)} migration(s)", err=True)
             keys = ensure_demo_keys(db_url, settings.data_dir) if demo_keys else []
             environment = {**os.environ, "DATABASE_URL": db_url, "REDIS_URL": queue_url}
+            # One metrics directory for the API's workers, the worker and the projector, so
+            # /metrics adds up every process of this host (service/runtime/metrics.py).
+            metrics_dir = stack.enter_context(
+                tempfile.TemporaryDirectory(prefix="shoebox-metrics-")
+            )
+            environment.setdefault(MULTIPROC_VARIABLE, metrics_dir)
             address = f"{settings.api_host}:{settings.api_port}"
             serve_arguments = ["serve", "--bind", address]
             if workers is not None:
                 serve_arguments += ["--workers", str(workers)]
             if threads is not None:
-                serve_arguments += ["--threads", str(threads)]
+                # Threads a worker means the thread-per-request model (docs/operations.md).
+                serve_arguments += ["--worker-class", "gthread", "--threads", str(threads)]
             try:
                 children.append(_Child.start("serve", serve_arguments, environment))
                 children.append(_Child.start("worker", ["worker"], environment))
@@ -144,7 +160,7 @@ def _shoebox_command() -> list[str]:
 
 
 def _await_ready(base_url: str, children: list[_Child]) -> None:
-    """Wait until the API answers (a 401 to an unauthenticated ping will do)."""
+    """Wait until the API answers its health check."""
     deadline = time.monotonic() + READY_TIMEOUT_SECONDS
     while True:
         for child in children:
@@ -154,7 +170,7 @@ def _await_ready(base_url: str, children: list[_Child]) -> None:
                     " while starting"
                 )
         try:
-            with urllib.request.urlopen(f"{base_url}/v1/ping", timeout=2):  # noqa: S310
+            with urllib.request.urlopen(f"{base_url}/healthz", timeout=2):  # noqa: S310
                 return
         except urllib.error.HTTPError:
             return

@@ -1,7 +1,27 @@
-"""`shoebox serve`: migrations, then the API under gunicorn; Flask's server is for debugging."""
+"""`shoebox serve`: migrations, then the API under gunicorn; Flask's server is for debugging.
 
+The serving model (docs/api.md, "The live feed"): gunicorn's gevent worker by default. A feed
+client holds its connection for hours, so a worker must serve thousands of connections while
+it answers bets; with gevent each connection is a greenlet, and psycopg (whose waits go
+through a monkey-patched `select`), psycopg_pool (whose locks and threads are patched) and
+redis-py all yield while they wait. One `LogTail` per worker LISTENs for appends and wakes the
+feed clients (events/tail.py). `--worker-class gthread` keeps the thread-per-request model
+for those who need it, where each feed client holds a thread.
+
+SIGTERM drains: gunicorn stops accepting, each worker finishes the requests in flight (up to
+`graceful_timeout`), and its feed clients are sent `retry:` and closed, to reconnect to
+another process with Last-Event-ID.
+"""
+
+import contextlib
+import importlib
 import os
-from collections.abc import Callable, Mapping
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -11,11 +31,18 @@ from gunicorn.app.base import BaseApplication
 
 from events.migrations import apply_migrations
 from service.embedded import database_url
-from service.runtime.settings import Settings
+from service.runtime.settings import MULTIPROC_VARIABLE, Settings
 
 # Enough workers to keep the cores busy while others wait on PostgreSQL, and few enough that
 # their pools stay well inside PostgreSQL's default 100 connections on a large machine.
 DEFAULT_WORKERS = 2 * min(os.cpu_count() or 1, 8) + 1
+WORKER_CLASSES = ("gevent", "gthread", "sync")
+# Under gevent, the greenlets of a worker share its pool: enough connections that bets do not
+# queue behind one another, few enough for PostgreSQL's 100 across the workers.
+DEFAULT_GEVENT_POOL_SIZE = 6
+WORKER_CONNECTIONS = 2000
+"""Connections one gevent worker holds at once, feed clients included."""
+GRACEFUL_TIMEOUT_SECONDS = 10
 
 
 class ShoeboxServer(BaseApplication):  # type: ignore[misc]
@@ -33,27 +60,61 @@ class ShoeboxServer(BaseApplication):  # type: ignore[misc]
 
     def load(self) -> Flask:
         """Build the app; gunicorn calls this in each worker, so each opens its own pool."""
+        cooperate_with_gevent()
         return self._factory()
 
 
-def gunicorn_options(bind: str, workers: int, threads: int) -> dict[str, Any]:
+def cooperate_with_gevent() -> None:
+    """Make psycopg wait cooperatively in a worker that gevent has monkey-patched.
+
+    psycopg picks its wait function when it is imported, and the CLI imported it in the
+    master, before the worker patched anything: left alone, every query would block the
+    whole worker (psycopg's C wait cannot be patched). Re-running the choice now picks a wait
+    on the patched `select`. psycopg_pool took `time.sleep` (its back-off between failed
+    connection attempts) at import as well.
+    """
+    monkey = sys.modules.get("gevent.monkey")
+    if monkey is None or not monkey.is_module_patched("select"):
+        return
+    import gevent
+    import psycopg.waiting
+    import psycopg_pool.pool
+
+    importlib.reload(psycopg.waiting)
+    psycopg_pool.pool.sleep = gevent.sleep  # type: ignore[attr-defined]
+
+
+def gunicorn_options(
+    bind: str | list[str], workers: int, threads: int, worker_class: str = "gevent"
+) -> dict[str, Any]:
     """Gunicorn's settings for a Shoebox server."""
+    from service.runtime.logs import gunicorn_log_config
     from service.web.app import MAX_HEADER_FIELD_BYTES, MAX_HEADER_FIELDS
 
+    if worker_class == "gthread" and threads == 1:
+        worker_class = "sync"
     return {
-        "bind": bind,
+        "bind": [bind] if isinstance(bind, str) else bind,
         "workers": workers,
         "threads": threads,
-        "worker_class": "gthread" if threads > 1 else "sync",
+        "worker_class": worker_class,
+        "worker_connections": WORKER_CONNECTIONS,
         # The app is built after the fork: a psycopg pool must not cross one.
         "preload_app": False,
+        # A feed's tail is told to stop as soon as the worker is (SIGTERM), so its clients
+        # get their retry hint within the graceful timeout.
+        "post_worker_init": drain_feed_on_exit,
         # ...and closed as the worker leaves, so its connections end cleanly.
         "worker_exit": close_worker_app,
+        # A dead worker's live gauges (feed clients) leave the sum.
+        "child_exit": forget_worker_metrics,
         # One fixed control socket path would make two servers on one machine collide.
         "control_socket_disable": True,
         "accesslog": None,
         "errorlog": "-",
-        "graceful_timeout": 10,
+        # The app logs one JSON line a request; gunicorn's own lines take the same shape.
+        "logconfig_dict": gunicorn_log_config("api"),
+        "graceful_timeout": GRACEFUL_TIMEOUT_SECONDS,
         # The app answers a request line or header over its limits with a 414 or 431 problem;
         # gunicorn would answer in HTML, so its own limits sit above the app's, as a backstop
         # against abuse only. 8190 is the longest line gunicorn bounds (0 would bound none).
@@ -61,6 +122,42 @@ def gunicorn_options(bind: str, workers: int, threads: int) -> dict[str, Any]:
         "limit_request_field_size": 2 * MAX_HEADER_FIELD_BYTES,
         "limit_request_fields": 2 * MAX_HEADER_FIELDS,
     }
+
+
+def _wiring_of(worker: Any) -> Any:
+    from service.runtime.container import Container
+    from service.web.api import EXTENSION
+
+    app = getattr(worker, "wsgi", None)
+    wiring = app.extensions.get(EXTENSION) if isinstance(app, Flask) else None
+    return wiring if isinstance(wiring, Container) else None
+
+
+def drain_feed_on_exit(worker: Any) -> None:
+    """Gunicorn's post_worker_init hook: when the worker is told to stop, close its feeds.
+
+    Gunicorn marks the worker not `alive` on SIGTERM and then waits for the requests in
+    flight; a feed never ends by itself, so this stops the worker's log tail, which sends
+    every feed client `retry:` and ends its response.
+    """
+    wiring = _wiring_of(worker)
+    if wiring is None or wiring.feed is None:
+        return
+    tail = wiring.feed.tail
+
+    def watch() -> None:
+        while worker.alive:
+            time.sleep(0.2)
+        tail.stop()
+
+    threading.Thread(target=watch, name="feed-drain", daemon=True).start()
+
+
+def forget_worker_metrics(server: Any, worker: Any) -> None:
+    """Gunicorn's child_exit hook, in the master: drop the dead worker's live gauges."""
+    from service.runtime.metrics import mark_process_dead
+
+    mark_process_dead(worker.pid)
 
 
 def close_worker_app(server: Any, worker: Any) -> None:
@@ -79,29 +176,73 @@ def close_worker_app(server: Any, worker: Any) -> None:
 @click.command()
 @click.option("--bind", metavar="HOST:PORT", help="Default: SHOEBOX_API_HOST:SHOEBOX_API_PORT.")
 @click.option("--workers", type=click.IntRange(min=1), default=DEFAULT_WORKERS, show_default=True)
-@click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True)
-def serve(bind: str | None, workers: int, threads: int) -> None:
-    """Apply migrations, then serve the API under gunicorn until interrupted."""
-    # Imported here: the CLI's other commands should not pay for importing the whole app.
-    from service.web.app import create_app
-
+@click.option(
+    "--worker-class",
+    type=click.Choice(WORKER_CLASSES),
+    default="gevent",
+    show_default=True,
+    help="gevent serves many feed clients a worker; gthread is a thread a request.",
+)
+@click.option(
+    "--threads", type=click.IntRange(min=1), default=1, show_default=True, help="gthread only."
+)
+@click.option(
+    "--pool-size",
+    type=click.IntRange(min=2),
+    help=f"PostgreSQL connections a worker. Default: threads + 1, or {DEFAULT_GEVENT_POOL_SIZE}"
+    " under gevent.",
+)
+def serve(
+    bind: str | None, workers: int, worker_class: str, threads: int, pool_size: int | None
+) -> None:
+    """Apply migrations, then serve the API and its live feed under gunicorn until stopped."""
     settings = Settings.from_env()
     address = bind or f"{settings.api_host}:{settings.api_port}"
-    with database_url(settings) as url:
+    binds = [address]
+    if settings.metrics_port is not None:
+        binds.append(f"{settings.metrics_host}:{settings.metrics_port}")
+    if worker_class == "gevent":
+        threads = 1
+    with database_url(settings) as url, metrics_directory():
+        # Imported here: the CLI's other commands should not pay for importing the whole app,
+        # and prometheus_client must first see PROMETHEUS_MULTIPROC_DIR (metrics_directory).
+        from service.web.app import create_app
+
         applied = apply_migrations(url)
         if applied:
             click.echo(f"applied {len(applied)} migration(s)", err=True)
         wired = replace(settings, database_url=url)
         _recover_interrupted_rounds(wired)
         # A connection per thread, and one over for the key ring's refresh between requests.
-        pool_size = threads + 1
+        size = pool_size or (DEFAULT_GEVENT_POOL_SIZE if worker_class == "gevent" else threads + 1)
         click.echo(
-            f"serving on http://{address}/v1 ({workers} workers x {threads} threads)", err=True
+            f"serving on http://{address}/v1 ({workers} {worker_class} workers"
+            + (f" x {threads} threads" if worker_class == "gthread" else "")
+            + ")",
+            err=True,
         )
         ShoeboxServer(
-            lambda: create_app(wired, pool_size=pool_size),
-            gunicorn_options(address, workers, threads),
+            lambda: create_app(wired, pool_size=size),
+            gunicorn_options(binds, workers, threads, worker_class),
         ).run()
+
+
+@contextlib.contextmanager
+def metrics_directory() -> Iterator[None]:
+    """PROMETHEUS_MULTIPROC_DIR for the workers: as given (made if missing), or a fresh one
+    removed afterwards. Set before any worker imports prometheus_client, as it must be."""
+    given = os.environ.get(MULTIPROC_VARIABLE)
+    if given:
+        os.makedirs(given, exist_ok=True)
+        yield
+        return
+    made = tempfile.mkdtemp(prefix="shoebox-metrics-")
+    os.environ[MULTIPROC_VARIABLE] = made
+    try:
+        yield
+    finally:
+        os.environ.pop(MULTIPROC_VARIABLE, None)
+        shutil.rmtree(made, ignore_errors=True)
 
 
 def _recover_interrupted_rounds(settings: Settings) -> None:

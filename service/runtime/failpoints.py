@@ -23,6 +23,10 @@ FAILPOINT_CONSENT: Final = "SHOEBOX_TEST_FAILPOINT_CONSENT"
 FAILPOINT_MARKER: Final = "SHOEBOX_TEST_FAILPOINT_MARKER"
 CONSENT: Final = "this process may hang forever, it is a test"
 PAUSE_BEFORE_DEAL_APPEND: Final = "pause-before-deal-append"
+# Delays a deal by SHOEBOX_TEST_FAILPOINT_SECONDS (default 2) and then lets it go on, so that a
+# test can stop a server while a request is in flight and see it finish (a graceful drain).
+DELAY_BEFORE_DEAL_APPEND: Final = "delay-before-deal-append"
+FAILPOINT_SECONDS: Final = "SHOEBOX_TEST_FAILPOINT_SECONDS"
 
 
 def failpoint(name: str) -> None:
@@ -37,8 +41,20 @@ def failpoint(name: str) -> None:
         time.sleep(3600)
 
 
+def delay(name: str) -> None:
+    """Sleep here for a while, if the test-only failpoint `name` is armed."""
+    if os.environ.get(FAILPOINT) != name or os.environ.get(FAILPOINT_CONSENT) != CONSENT:
+        return
+    seconds = float(os.environ.get(FAILPOINT_SECONDS) or 2)
+    log.critical("test failpoint %s reached: this request waits %g s", name, seconds)
+    time.sleep(seconds)
+
+
 def deal_append_hook() -> Callable[[], None] | None:
-    """The hook GameService calls before a deal's append, if that failpoint is armed; else None."""
-    if os.environ.get(FAILPOINT) != PAUSE_BEFORE_DEAL_APPEND:
-        return None
-    return lambda: failpoint(PAUSE_BEFORE_DEAL_APPEND)
+    """The hook GameService calls before a deal's append, if a failpoint is armed; else None."""
+    armed = os.environ.get(FAILPOINT)
+    if armed == PAUSE_BEFORE_DEAL_APPEND:
+        return lambda: failpoint(PAUSE_BEFORE_DEAL_APPEND)
+    if armed == DELAY_BEFORE_DEAL_APPEND:
+        return lambda: delay(DELAY_BEFORE_DEAL_APPEND)
+    return None

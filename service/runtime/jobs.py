@@ -17,14 +17,16 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Final
 
 from events.postgres import Pool, PostgresEventStore, app_conninfo, open_pool
-from events.store import utc_now
+from events.store import EventStore, utc_now
 from service.application.actor import Actor
 from service.application.checkpoints import CheckpointService
 from service.application.errors import NotFound
 from service.application.game.recovery import recover
 from service.application.game.tables import GameService, WindowScheduler
 from service.application.read_models import projector
+from service.application.streams import TableCache
 from service.runtime.failpoints import deal_append_hook
+from service.runtime.metrics import MeteredEventStore, observe_window_close
 from service.runtime.scheduler import WINDOW_QUEUE, RqWindowScheduler
 from service.runtime.settings import Settings, SettingsError
 from service.runtime.signing import checkpoint_service, publish
@@ -50,8 +52,9 @@ GONE: Final = "no such table or round"
 
 @dataclass(frozen=True, slots=True)
 class _Services:
-    store: PostgresEventStore
+    store: EventStore
     games: GameService
+    tables: TableCache
     pool: Pool
     settings: Settings
     checkpoints: CheckpointService | None
@@ -79,7 +82,12 @@ def close_betting_window(table_id: str, round_id: str) -> str:
     Safe to run any number of times: a round already dealt (by an earlier run, or lazily by a
     request to its table) is left alone.
     """
-    games = _built().games
+    services = _built()
+    games = services.games
+    # Read before closing, from the cache GameService shares: without closing anything, as
+    # reading through GameService would.
+    _, table = services.tables.table(services.store, table_id)
+    due = table.round if table is not None and table.round is not None else None
     try:
         receipt = games.close_window(table_id, round_id)
     except NotFound as gone:
@@ -88,6 +96,8 @@ def close_betting_window(table_id: str, round_id: str) -> str:
         return GONE
     if receipt is None:
         return NOTHING_DUE
+    if due is not None and due.round_id == round_id:
+        observe_window_close(due.deadline, utc_now())
     log.info("closed the window of round %s at table %s", round_id, table_id)
     return CLOSED
 
@@ -202,11 +212,16 @@ def _build(settings: Settings, queue_name: str) -> _Services:
         if settings.redis_url
         else None
     )
-    store = PostgresEventStore(pool, utc_now)
-    games = GameService(store, utc_now, scheduler, before_deal_append=deal_append_hook())
+    # The worker's appends (window closes, recoveries) count in /metrics too.
+    store = MeteredEventStore(PostgresEventStore(pool, utc_now))
+    tables = TableCache()
+    games = GameService(
+        store, utc_now, scheduler, tables=tables, before_deal_append=deal_append_hook()
+    )
     return _Services(
         store=store,
         games=games,
+        tables=tables,
         pool=pool,
         settings=settings,
         checkpoints=checkpoint_service(settings, store, utc_now),

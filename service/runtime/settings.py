@@ -9,6 +9,12 @@ from typing import Self
 DEFAULT_DATA_DIR = Path(".shoebox")
 DEFAULT_API_HOST = "127.0.0.1"
 DEFAULT_API_PORT = 8000
+DEFAULT_FEED_HEARTBEAT_SECONDS = 10.0
+MAX_FEED_HEARTBEAT_SECONDS = 15.0
+MULTIPROC_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
+"""Where every process of one host keeps its metrics; set before prometheus_client is imported."""
+METRICS_ACCESS = ("open", "key", "off")
+"""Who may read GET /metrics on the API's address: anyone, an ops or regulator key, nobody."""
 
 
 class SettingsError(ValueError):
@@ -39,6 +45,13 @@ class Settings:
     previous_signing_key: str | None = None
     # Where each checkpoint is also appended as a JSON line, e.g. a regulator's mount.
     checkpoint_file: Path | None = None
+    # How often an idle live feed sends a comment, so proxies and clients know it is alive.
+    feed_heartbeat_seconds: float = DEFAULT_FEED_HEARTBEAT_SECONDS
+    # GET /metrics on the API's address (docs/operations.md, "Metrics").
+    metrics_access: str = "open"
+    # Also serve the metrics on this port of metrics_host, from gunicorn's master process.
+    metrics_port: int | None = None
+    metrics_host: str = DEFAULT_API_HOST
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> Self:
@@ -59,6 +72,24 @@ class Settings:
                 raise SettingsError(f"{name} must be a TCP port from 1 to 65535, not {value!r}")
             return int(value)
 
+        heartbeat = text("SHOEBOX_FEED_HEARTBEAT_SECONDS")
+        try:
+            heartbeat_seconds = (
+                DEFAULT_FEED_HEARTBEAT_SECONDS if heartbeat is None else float(heartbeat)
+            )
+        except ValueError:
+            heartbeat_seconds = -1.0
+        if not 0 < heartbeat_seconds <= MAX_FEED_HEARTBEAT_SECONDS:
+            raise SettingsError(
+                "SHOEBOX_FEED_HEARTBEAT_SECONDS must be a number of seconds above 0 and at most"
+                f" {MAX_FEED_HEARTBEAT_SECONDS:g}, not {heartbeat!r}"
+            )
+        metrics_access = text("SHOEBOX_METRICS_ACCESS") or "open"
+        if metrics_access not in METRICS_ACCESS:
+            raise SettingsError(
+                f"SHOEBOX_METRICS_ACCESS must be one of {', '.join(METRICS_ACCESS)},"
+                f" not {metrics_access!r}"
+            )
         return cls(
             database_url=text("DATABASE_URL"),
             redis_url=text("REDIS_URL"),
@@ -73,4 +104,8 @@ class Settings:
             previous_signing_key_file=path("SHOEBOX_PREVIOUS_SIGNING_KEY_FILE"),
             previous_signing_key=text("SHOEBOX_PREVIOUS_SIGNING_KEY"),
             checkpoint_file=path("SHOEBOX_CHECKPOINT_FILE"),
+            feed_heartbeat_seconds=heartbeat_seconds,
+            metrics_access=metrics_access,
+            metrics_port=port("SHOEBOX_METRICS_PORT"),
+            metrics_host=text("SHOEBOX_METRICS_HOST") or DEFAULT_API_HOST,
         )

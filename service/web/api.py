@@ -130,6 +130,11 @@ class Blueprint(_Blueprint):  # type: ignore[misc]
         decorator = super().arguments(schema, location=location, **options)
         return cast("Callable[[ViewFunction], ViewFunction]", decorator)
 
+    def doc(self, **documentation: Any) -> Callable[[ViewFunction], ViewFunction]:
+        """Add to the operation's OpenAPI documentation what no schema says."""
+        decorator = super().doc(**documentation)
+        return cast("Callable[[ViewFunction], ViewFunction]", decorator)
+
     def response(
         self, status_code: int, schema: SchemaArgument | None = None, **options: Any
     ) -> Callable[[ViewFunction], ViewFunction]:

@@ -23,6 +23,7 @@ from service.web import idempotency, operators
 from service.web.api import API_PREFIX, EXTENSION, ShoeboxApi, register_blueprints
 from service.web.auth import authenticate_request, check_roles_declared
 from service.web.fields import IdConverter, check_path_ids, id_parameter_schema
+from service.web.operations import register_operations
 from service.web.problems import Problem, register_problem_handlers
 
 API_TITLE: Final = "Shoebox"
@@ -119,6 +120,7 @@ def create_app(
     )
     register_problem_handlers(app)
     register_blueprints(api)
+    register_operations(app)
     check_roles_declared(app)
 
     # Before the view, in this order; a hook that raises a Problem ends the request.

@@ -28,6 +28,10 @@ ROLES_ATTRIBUTE: Final = "_shoebox_roles"
 FIXED_ENDPOINT_ROLES: Final[Mapping[str, frozenset[Role]]] = {
     "api-docs.openapi_json": ALL_ROLES,
 }
+OPEN: Final[frozenset[Role]] = frozenset()
+"""The roles of an endpoint that needs no key at all: health, readiness, perhaps metrics."""
+ENDPOINT_ROLES_EXTENSION: Final = "shoebox-endpoint-roles"
+"""Where an app keeps the roles of its plain (non-MethodView) endpoints (web/operations.py)."""
 # Flask answers these itself; they need a valid key of any role and nothing more.
 AUTOMATIC_METHODS: Final = frozenset({"OPTIONS"})
 
@@ -66,6 +70,8 @@ def roles(*allowed: Role) -> Callable[[ViewFunction], ViewFunction]:
 def endpoint_roles(app: Flask, endpoint: str, method: str) -> frozenset[Role] | None:
     """The roles that may call `method` on `endpoint`, or None if the view declares none."""
     fixed = FIXED_ENDPOINT_ROLES.get(endpoint)
+    if fixed is None:
+        fixed = app.extensions.get(ENDPOINT_ROLES_EXTENSION, {}).get(endpoint)
     if fixed is not None or method in AUTOMATIC_METHODS:
         return fixed if fixed is not None else ALL_ROLES
     view_function = app.view_functions.get(endpoint)
@@ -115,6 +121,8 @@ def authenticate_request() -> None:
     if request.routing_exception is not None or request.endpoint is None:
         return
     admitted = endpoint_roles(current_app, request.endpoint, request.method)
+    if admitted == OPEN:
+        return
     secret = bearer_secret(request.headers.get("Authorization"))
     if secret is None:
         raise Problem(401, "unauthenticated", "Send the header `Authorization: Bearer <api key>`.")

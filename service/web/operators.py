@@ -18,24 +18,23 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any
 
 import marshmallow as ma
-from flask import Response, current_app, g, request
+from flask import Response, g, request
 
 from domain.ids import ID_PATTERN, is_id
 from service.application.keys import ApiKey
 from service.application.operators import (
     DEFAULT_OPERATOR,
+    PLAYER_FIELD,
     SEPARATOR,
     Audience,
     checked_operator,
     player_key,
 )
 from service.web.api import OPERATOR_PARAMETER, container
-from service.web.problems import PROBLEM_MIMETYPE, FieldError, Problem
-
-PLAYER_FIELD: Final = "player_id"
+from service.web.problems import PROBLEM_MIMETYPE, FieldError, Problem, compact_json
 
 
 def _key() -> ApiKey:
@@ -152,28 +151,12 @@ def name_players(response: Response) -> Response:
     viewer = audience()
     table_id = (request.view_args or {}).get("table_id")
     document = json.loads(body)
-    renamed = _rename(document, viewer, table_id if isinstance(table_id, str) else None)
+    renamed = viewer.rename(document, table_id if isinstance(table_id, str) else None)
     if mimetype == PROBLEM_MIMETYPE and isinstance(renamed, dict):
         detail = renamed.get("detail")
         if isinstance(detail, str):
             # A refusal names the caller's own player by key; the caller knows it by its id.
             renamed["detail"] = detail.replace(f"{key.operator}{SEPARATOR}", "")
     if renamed != document:
-        response.set_data(current_app.json.dumps(renamed))
+        response.set_data(compact_json(renamed))
     return response
-
-
-def _rename(value: Any, viewer: Audience, table_id: str | None) -> Any:
-    if isinstance(value, list):
-        return [_rename(item, viewer, table_id) for item in value]
-    if not isinstance(value, dict):
-        return value
-    table = value.get("table_id")
-    here = table if isinstance(table, str) else table_id
-    renamed: dict[str, Any] = {}
-    for name, item in value.items():
-        if name == PLAYER_FIELD and isinstance(item, str):
-            renamed[name] = viewer.name(item, here)
-        else:
-            renamed[name] = _rename(item, viewer, here)
-    return renamed

@@ -115,6 +115,11 @@ DOMAIN_RULE_STATUS: Final[Mapping[str, int]] = {
 DEFAULT_DOMAIN_STATUS: Final = 422
 
 
+def compact_json(value: object) -> str:
+    """JSON as every body of the API is written: keys sorted, no spaces (Flask's compact form)."""
+    return json.dumps(value, separators=(",", ":"))
+
+
 @dataclass(frozen=True, slots=True)
 class FieldError:
     """One field that did not validate, where it was, and why."""
@@ -174,7 +179,7 @@ class Problem(Exception):  # noqa: N818 - it is the RFC's name for the thing
     def response(self) -> Response:
         """The problem as a Flask response."""
         return Response(
-            json.dumps(self.document()),
+            compact_json(self.document()),
             status=self.status,
             headers=self.headers,
             mimetype=PROBLEM_MIMETYPE,

@@ -148,7 +148,8 @@ def shoebox(database_url: str, redis_url: str) -> Iterator[str]:
                     break
             except urllib.error.HTTPError:
                 break  # a 401: it is up, and has migrated
-            except (ConnectionError, urllib.error.URLError):
+            except (ConnectionError, TimeoutError, urllib.error.URLError):
+                # Refused, or queued on our listening socket past the timeout while it starts.
                 assert time.monotonic() < deadline, "shoebox serve did not start listening"
                 time.sleep(0.1)
         worker = start(["worker"], environment)
@@ -225,7 +226,7 @@ def test_four_players_one_pass_one_timeout_dealt_by_the_worker_and_paid_by_the_r
             "decks": 8,
             "minimum_pence": 500,
             "maximum_pence": 50_000,
-            "betting_window_seconds": WINDOW_SECONDS,
+            "betting_window_ms": WINDOW_SECONDS * 1000,
         },
     )
     assert created["betting_window_ms"] == WINDOW_SECONDS * 1000

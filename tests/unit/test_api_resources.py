@@ -12,7 +12,7 @@ from tests.api_harness import FLOAT, T0, Api
 
 def test_ops_create_a_table_that_anyone_can_list_and_read() -> None:
     api = Api()
-    created = api.create_table("T1", seats=5, decks=6, betting_window_seconds=20)
+    created = api.create_table("T1", seats=5, decks=6, betting_window_ms=20_000)
     assert api.responses[-1].headers["Location"] == "/v1/tables/T1"
     expected = {
         "table_id": "T1",

@@ -26,7 +26,14 @@ from service.application.keys import (
 )
 from service.web.api import Blueprint
 from service.web.app import create_app
-from service.web.auth import bearer_secret, check_roles_declared, endpoint_roles, roles, routes
+from service.web.auth import (
+    OPEN,
+    bearer_secret,
+    check_roles_declared,
+    endpoint_roles,
+    roles,
+    routes,
+)
 from service.web.problems import PROBLEM_MIMETYPE
 
 NOW = datetime(2025, 3, 7, 12, 0, tzinfo=UTC)
@@ -236,6 +243,8 @@ def test_every_endpoint_refuses_no_key_with_401_and_other_roles_with_403(
             if endpoint != rule.endpoint:
                 continue
             admitted = endpoint_roles(app, endpoint, method)
+            if admitted == OPEN:
+                continue  # the probes and metrics: test_the_probes_need_no_key
             assert admitted, f"{method} {rule.rule} admits no role"
             response = client.open(path, method=method, json={})
             assert response.status_code == 401, f"{method} {path} without a key"
@@ -250,6 +259,18 @@ def test_every_endpoint_refuses_no_key_with_401_and_other_roles_with_403(
                     assert response.mimetype == PROBLEM_MIMETYPE
             checked += 1
     assert checked >= 2  # /v1/ping and /v1/openapi.json at least
+
+
+def test_the_probes_need_no_key_and_are_the_only_open_endpoints(app: Flask) -> None:
+    client = app.test_client()
+    open_endpoints = {
+        rule.rule
+        for rule in app.url_map.iter_rules()
+        if endpoint_roles(app, rule.endpoint, "GET") == OPEN
+    }
+    assert open_endpoints == {"/healthz", "/readyz", "/metrics"}
+    for path in open_endpoints:
+        assert client.get(path).status_code == 200, path
 
 
 def test_ping_admits_every_role(app: Flask) -> None:

@@ -65,7 +65,7 @@ def bead_plate_picture(road: Roads) -> list[str]:
     width = max(bead.column for bead in road.bead_plate)
     grid = [["."] * width for _ in range(ROWS)]
     for bead in road.bead_plate:
-        grid[bead.row][bead.column - 1] = _LETTER_BY_OUTCOME[bead.outcome]
+        grid[bead.row - 1][bead.column - 1] = _LETTER_BY_OUTCOME[bead.outcome]
     return ["".join(row) for row in grid]
 
 
@@ -245,17 +245,17 @@ def test_empty_sequence_gives_empty_roads() -> None:
 # Bead Plate.
 
 
-def test_bead_plate_fills_six_rows_down_then_the_next_column() -> None:
+def test_bead_plate_fills_six_rows_down_then_the_next_column_numbering_both_from_one() -> None:
     road = roads("BPBPBPB")
 
     assert [(bead.column, bead.row) for bead in road.bead_plate] == [
-        (1, 0),
         (1, 1),
         (1, 2),
         (1, 3),
         (1, 4),
         (1, 5),
-        (2, 0),
+        (1, 6),
+        (2, 1),
     ]
 
 
@@ -421,7 +421,7 @@ def test_to_dict_is_plain_json() -> None:
         "grid_column": 1,
         "grid_row": 0,
     }
-    assert document["bead_plate"][0] == {"outcome": "tie", "column": 1, "row": 0}
+    assert document["bead_plate"][0] == {"outcome": "tie", "column": 1, "row": 1}
     assert document["cockroach_pig"]["offset"] == 3
     assert document["cockroach_pig"]["columns"][0] == ["blue", "blue", "blue"]
     assert "".join(mark[0] for mark in document["big_eye_boy"]["marks"]) == "bbrbbbbrbrrrrbrrrrrb"

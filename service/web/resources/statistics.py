@@ -42,7 +42,9 @@ class StatisticsSchema(ma.Schema):
         required=True,
         metadata={
             "description": "domain.roads' Roads: counts, leading_ties, bead_plate, big_road,"
-            " big_eye_boy, small_road, cockroach_pig. Voided rounds are left out."
+            " big_eye_boy, small_road, cockroach_pig. Voided rounds are left out. A bead's"
+            " column and row are both numbered from 1; the Big Road and the derived roads"
+            " number columns from 1 and rows from 0, the convention their rules are stated in."
         },
     )
 

@@ -39,7 +39,9 @@ class TableSchema(ma.Schema):
     maximum_pence = ma.fields.Integer(required=True)
     chips_pence = ma.fields.List(ma.fields.Integer(), required=True)
     currency = ma.fields.String(required=True)
-    betting_window_ms = ma.fields.Integer(required=True)
+    betting_window_ms = ma.fields.Integer(
+        required=True, metadata={"description": "The betting window, in milliseconds."}
+    )
 
 
 def table_settings(table: domain.table.Table) -> dict[str, Any]:
@@ -81,10 +83,12 @@ class NewTableSchema(ma.Schema):
         metadata={"description": "The table's chips, smallest first (default £1 to £500)."},
     )
     currency = ma.fields.String(load_default="GBP", validate=ma.validate.OneOf(["GBP"]))
-    betting_window_seconds = ma.fields.Integer(
+    # Milliseconds, in the request as in every answer and event: one unit, one name.
+    betting_window_ms = ma.fields.Integer(
         strict=True,
-        load_default=15,
-        validate=ma.validate.Range(min=1, max=MAX_BETTING_WINDOW_SECONDS),
+        load_default=15_000,
+        validate=ma.validate.Range(min=1_000, max=MAX_BETTING_WINDOW_SECONDS * 1_000),
+        metadata={"description": "How long the betting window stays open, in milliseconds."},
     )
 
 
@@ -226,7 +230,7 @@ class Tables(MethodView):
         settings = TableSettings(
             seats=new["seats"],
             limits=limits,
-            betting_window=timedelta(seconds=new["betting_window_seconds"]),
+            betting_window=timedelta(milliseconds=new["betting_window_ms"]),
             decks=new["decks"],
             currency=new["currency"],
         )

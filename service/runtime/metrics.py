@@ -1,0 +1,231 @@
+"""Prometheus metrics, added up across gunicorn's workers (prometheus-client's multiprocess mode).
+
+Each process records into files under PROMETHEUS_MULTIPROC_DIR, which `shoebox serve` and
+`shoebox run` set before any worker starts; a scrape reads every process's files. Without the
+variable (tests, a one-off command) the metrics live in the process's own registry. The
+variable must be set before prometheus_client is first imported, which is why nothing in the
+CLI imports this module at start-up.
+
+Labels are route templates, methods, statuses, event types, outcomes, queues and projection
+names: never an id of a player, key, table, round or seed, so the series stay few and say
+nothing about anyone.
+
+Two gauges are measured when scraped rather than recorded: the projections' lag (from their
+checkpoints) and the RQ queues' depth (from Redis). A Redis that is down leaves the queue
+gauge out of the scrape; it never fails it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from datetime import datetime
+from typing import Any, Final
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from domain.round import CoupCompleted, RoundVoided
+from events.store import (
+    AppendResult,
+    EventMetadata,
+    EventStore,
+    Idempotency,
+    IdempotencyRecord,
+    JsonValue,
+    RecordedEvent,
+    StreamAppend,
+)
+from service.runtime.settings import MULTIPROC_VARIABLE
+
+log = logging.getLogger(__name__)
+
+CONTENT_TYPE: Final = CONTENT_TYPE_LATEST
+
+HTTP_REQUEST_DURATION = Histogram(
+    "shoebox_http_request_duration_seconds",
+    "Time to answer an HTTP request, by route template, method and status.",
+    ["route", "method", "status"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+)
+EVENTS_APPENDED = Counter(
+    "shoebox_events_appended_total", "Events appended to the log, by type.", ["type"]
+)
+ROUNDS = Counter("shoebox_rounds_total", "Coups dealt, by outcome.", ["outcome"])
+ROUNDS_VOIDED = Counter("shoebox_rounds_voided_total", "Rounds voided by a malfunction.")
+WINDOW_CLOSE_DELAY = Histogram(
+    "shoebox_window_close_delay_seconds",
+    "How long after its deadline the worker closed a betting window.",
+    buckets=(0.05, 0.1, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0),
+)
+FEED_CLIENTS = Gauge(
+    "shoebox_feed_clients",
+    "Live feed connections open now.",
+    # The sum over the processes alive now: a worker that died takes its clients with it.
+    multiprocess_mode="livesum",
+)
+
+
+def record_appended(streams: Sequence[StreamAppend]) -> None:
+    """Count a committed append's events, and the rounds it dealt or voided."""
+    for stream in streams:
+        for event in stream.events:
+            EVENTS_APPENDED.labels(event.type).inc()
+            if event.type == CoupCompleted.type:
+                ROUNDS.labels(str(event.payload.get("outcome"))).inc()
+            elif event.type == RoundVoided.type:
+                ROUNDS_VOIDED.inc()
+
+
+class MeteredEventStore(EventStore):
+    """An event store that counts what it appends; everything else goes straight through."""
+
+    def __init__(self, inner: EventStore) -> None:
+        super().__init__()
+        self._inner = inner
+
+    @property
+    def inner(self) -> EventStore:
+        """The store being counted."""
+        return self._inner
+
+    def append(
+        self,
+        streams: Sequence[StreamAppend],
+        metadata: EventMetadata,
+        idempotency: Idempotency | None = None,
+    ) -> AppendResult:
+        """Append through the inner store, then count the events unless it was a replay."""
+        result = self._inner.append(streams, metadata, idempotency)
+        if not result.replayed:
+            record_appended(streams)
+        return result
+
+    def read_stream(
+        self, stream_id: str, from_version: int = 1, *, upcast: bool = True
+    ) -> list[RecordedEvent]:
+        """The inner store's read_stream."""
+        return self._inner.read_stream(stream_id, from_version, upcast=upcast)
+
+    def read_all(
+        self,
+        from_position: int = 0,
+        limit: int = 1000,
+        categories: Collection[str] | None = None,
+        types: Collection[str] | None = None,
+        *,
+        upcast: bool = True,
+    ) -> list[RecordedEvent]:
+        """The inner store's read_all."""
+        return self._inner.read_all(from_position, limit, categories, types, upcast=upcast)
+
+    def head(self) -> int:
+        """The inner store's head."""
+        return self._inner.head()
+
+    def last_of_stream(self, stream_id: str, *, upcast: bool = True) -> RecordedEvent | None:
+        """The inner store's last_of_stream."""
+        return self._inner.last_of_stream(stream_id, upcast=upcast)
+
+    def idempotency_record(self, key: str) -> IdempotencyRecord | None:
+        """The inner store's idempotency_record."""
+        return self._inner.idempotency_record(key)
+
+    def record_response(self, key: str, response: JsonValue) -> JsonValue:
+        """The inner store's record_response."""
+        return self._inner.record_response(key, response)
+
+    def store_shoe_secret(self, shoe_id: str, server_seed: str) -> None:
+        """The inner store's store_shoe_secret."""
+        self._inner.store_shoe_secret(shoe_id, server_seed)
+
+    def load_shoe_secret(self, shoe_id: str) -> str | None:
+        """The inner store's load_shoe_secret."""
+        return self._inner.load_shoe_secret(shoe_id)
+
+    def __getattr__(self, name: str) -> Any:
+        # A backend's own extras (PostgresEventStore.iter_rows, say) stay reachable.
+        return getattr(self._inner, name)
+
+
+def observe_window_close(deadline: datetime, closed_at: datetime) -> None:
+    """Record how late a betting window was closed (0 if on time)."""
+    WINDOW_CLOSE_DELAY.observe(max(0.0, (closed_at - deadline).total_seconds()))
+
+
+class ScrapeTimeGauges(Collector):
+    """The gauges read when scraped: projection lag and RQ queue depth."""
+
+    def __init__(
+        self,
+        projection_lag: Callable[[], Mapping[str, int]] | None,
+        queue_depths: Callable[[], Mapping[str, int]] | None,
+    ) -> None:
+        self._projection_lag = projection_lag
+        self._queue_depths = queue_depths
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        """Yield each gauge whose source answers; log and leave out one that does not."""
+        sources = (
+            (
+                "shoebox_projection_lag_events",
+                "Events in the log that a projection has not applied yet.",
+                "projection",
+                self._projection_lag,
+            ),
+            (
+                "shoebox_rq_queue_depth",
+                "Jobs waiting in an RQ queue.",
+                "queue",
+                self._queue_depths,
+            ),
+        )
+        for name, documentation, label, source in sources:
+            if source is None:
+                continue
+            try:
+                values = source()
+            except Exception as error:
+                log.warning("metrics: %s unavailable: %s", name, error)
+                continue
+            family = GaugeMetricFamily(name, documentation, labels=[label])
+            for key, value in sorted(values.items()):
+                family.add_metric([key], value)
+            yield family
+
+    def describe(self) -> list[GaugeMetricFamily]:
+        """Nothing up front: describing would run the sources at registration."""
+        return []
+
+
+def exposition(scrape_time: Collector | None = None) -> bytes:
+    """Every metric in Prometheus' text format: all processes' in multiprocess mode."""
+    if os.environ.get(MULTIPROC_VARIABLE):
+        recorded = CollectorRegistry()
+        multiprocess.MultiProcessCollector(recorded)  # type: ignore[no-untyped-call]
+    else:
+        recorded = REGISTRY
+    text = generate_latest(recorded)
+    if scrape_time is not None:
+        # Families of other names, so the two texts may simply follow each other.
+        measured = CollectorRegistry()
+        measured.register(scrape_time)
+        text += generate_latest(measured)
+    return text
+
+
+def mark_process_dead(pid: int) -> None:
+    """Forget a dead process's live gauges (gunicorn's child_exit hook)."""
+    if os.environ.get(MULTIPROC_VARIABLE):
+        multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]
