@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeAlias, TypeVar
 
 from domain.chat import CHAT_EVENT_TYPES, ChatEvent
-from domain.payloads import from_payload, to_payload
+from domain.payloads import from_payload, schema_version_of, to_payload
 from domain.player_limits import PLAYER_LIMIT_EVENT_TYPES, PlayerLimitEvent
 from domain.table import TABLE_EVENT_TYPES, Table, TableEvent, evolve
 from domain.wallet import WALLET_EVENT_TYPES, WalletEvent
@@ -81,8 +81,12 @@ def category_for(event: DomainEvent) -> str:
 
 
 def to_new_event(event: DomainEvent) -> NewEvent:
-    """The stored form of a domain event: its type and its fields as JSON values."""
-    return NewEvent(type=event.type, payload=to_payload(event))  # type: ignore[arg-type]
+    """The stored form of a domain event: its type, its fields as JSON values, their schema."""
+    return NewEvent(
+        type=event.type,
+        payload=to_payload(event),  # type: ignore[arg-type]
+        schema_version=schema_version_of(event),
+    )
 
 
 def from_recorded(recorded: RecordedEvent) -> DomainEvent:

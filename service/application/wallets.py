@@ -109,9 +109,16 @@ class WalletService:
         self._wallets = wallets if wallets is not None else WalletCache()
         self._attempts = attempts
 
-    def deposit(self, player_id: str, amount: int, reason: str, actor: Actor) -> Receipt:
-        """Pay money into a wallet."""
-        return self._run(player_id, Deposit(amount, reason), actor)
+    def deposit(
+        self,
+        player_id: str,
+        amount: int,
+        reason: str,
+        actor: Actor,
+        reference: str | None = None,
+    ) -> Receipt:
+        """Pay money into a wallet, with the payment's reference if it has one."""
+        return self._run(player_id, Deposit(amount, reason, reference), actor)
 
     def withdraw(self, player_id: str, amount: int, reason: str, actor: Actor) -> Receipt:
         """Pay money out of a wallet, never more than is available."""

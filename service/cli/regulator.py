@@ -7,6 +7,7 @@ import click
 import orjson
 
 from events.postgres import PostgresEventStore, open_pool
+from service.application.upcasters import upcasters
 from service.embedded import database_url
 from service.regulator.export import build_export, write_lines
 from service.runtime.settings import Settings
@@ -35,7 +36,7 @@ _FORMATS = ["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S"]
 def export(table_id: str, start: datetime, end: datetime, output: str) -> None:
     """Write a table's events in a time range, and its revealed seeds, as JSON Lines."""
     with database_url(Settings.from_env()) as url, open_pool(url) as pool:
-        store = PostgresEventStore(pool)
+        store = PostgresEventStore(pool, upcasters=upcasters())
         lines = build_export(store, table_id, _utc(start), _utc(end))
         if output == "-":
             for line in lines:
@@ -74,7 +75,7 @@ def recover_command() -> None:
     from service.application.game.tables import GameService
 
     with database_url(Settings.from_env()) as url, open_pool(url) as pool:
-        store = PostgresEventStore(pool)
+        store = PostgresEventStore(pool, upcasters=upcasters())
         recovered = recover(store, GameService(store, utc_now), utc_now)
     for outcome in recovered:
         click.echo(f"{outcome.action}: round {outcome.round_id}: {outcome.detail}")

@@ -110,11 +110,12 @@ def _recover_interrupted_rounds(settings: Settings) -> None:
     from events.store import utc_now
     from service.application.game.recovery import recover_on_start
     from service.application.game.tables import GameService
+    from service.application.upcasters import upcasters
 
     assert settings.database_url is not None
     conninfo = settings.app_database_url or app_conninfo(settings.database_url, environ={})
     with open_pool(conninfo, max_size=2) as pool:
-        store = PostgresEventStore(pool, utc_now)
+        store = PostgresEventStore(pool, utc_now, upcasters())
         recovered = recover_on_start(store, GameService(store, utc_now), utc_now)
     if recovered:
         click.echo(f"recovered {recovered} interrupted round(s)", err=True)

@@ -24,6 +24,7 @@ from service.application.errors import NotFound
 from service.application.game.recovery import recover
 from service.application.game.tables import GameService, WindowScheduler
 from service.application.read_models import projector
+from service.application.upcasters import upcasters
 from service.runtime.failpoints import deal_append_hook
 from service.runtime.scheduler import WINDOW_QUEUE, RqWindowScheduler
 from service.runtime.settings import Settings, SettingsError
@@ -202,7 +203,7 @@ def _build(settings: Settings, queue_name: str) -> _Services:
         if settings.redis_url
         else None
     )
-    store = PostgresEventStore(pool, utc_now)
+    store = PostgresEventStore(pool, utc_now, upcasters())
     games = GameService(store, utc_now, scheduler, before_deal_append=deal_append_hook())
     return _Services(
         store=store,
