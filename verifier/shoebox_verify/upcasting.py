@@ -18,6 +18,7 @@ from typing import Any, TypeAlias
 Payload: TypeAlias = Mapping[str, Any]
 Step: TypeAlias = Callable[[Payload], Payload]
 
+
 def _deposited_v1_to_v2(payload: Payload) -> Payload:
     # docs/verification.md, Upcasters: a v1 deposit had no reference.
     return {**payload, "reference": None}
