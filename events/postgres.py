@@ -344,11 +344,13 @@ class PostgresEventStore(EventStore):
         # lock is released by a commit that the server runs without waiting for us.
         with _one_statement(self._pool) as conn:
             try:
+                # Never prepared: psycopg would count a statement as prepared even when a
+                # failed append made the server skip its Parse, and fail on its next use.
                 with conn.pipeline():
-                    conn.execute(_BOUND_WAITS, self._waits)
-                    cursor = conn.execute(_APPEND, [documents, key, fingerprint])
-                    conn.execute(_RESET_LOCK_TIMEOUT)
-                    conn.execute(_RESET_STATEMENT_TIMEOUT)
+                    conn.execute(_BOUND_WAITS, self._waits, prepare=False)
+                    cursor = conn.execute(_APPEND, [documents, key, fingerprint], prepare=False)
+                    conn.execute(_RESET_LOCK_TIMEOUT, prepare=False)
+                    conn.execute(_RESET_STATEMENT_TIMEOUT, prepare=False)
                 row = cursor.fetchone()
             except psycopg.Error as error:
                 typed = _store_error(error, key)

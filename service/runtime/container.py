@@ -9,6 +9,7 @@ from typing import Any
 from psycopg_pool import ConnectionPool
 
 from events.postgres import Pool
+from events.snapshots import InMemorySnapshotStore, PostgresSnapshotStore, SnapshotStore
 from events.store import Clock, EventStore
 from service.application.chat import ChatService
 from service.application.game.tables import GameService, WindowScheduler
@@ -58,7 +59,12 @@ def wire(
     """The services a process of the API shares, over one store and one cache of each aggregate."""
     # One cache of each aggregate for the process, shared by every service that reads it:
     # each loads only the events after its cached version, so sharing is safe and cheaper.
-    tables, wallets, limits = TableCache(), WalletCache(), LimitCache()
+    # Cold loads start from a snapshot, in PostgreSQL beside the log when there is one.
+    snapshots: SnapshotStore = (
+        PostgresSnapshotStore(pool, clock) if pool is not None else InMemorySnapshotStore()
+    )
+    tables, wallets = TableCache(snapshots=snapshots), WalletCache(snapshots=snapshots)
+    limits = LimitCache()
     games = GameService(
         store,
         clock,

@@ -17,6 +17,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Final
 
 from events.postgres import Pool, PostgresEventStore, app_conninfo, open_pool
+from events.snapshots import PostgresSnapshotStore
 from events.store import utc_now
 from service.application.actor import Actor
 from service.application.checkpoints import CheckpointService
@@ -204,7 +205,13 @@ def _build(settings: Settings, queue_name: str) -> _Services:
         else None
     )
     store = PostgresEventStore(pool, utc_now, upcasters())
-    games = GameService(store, utc_now, scheduler, before_deal_append=deal_append_hook())
+    games = GameService(
+        store,
+        utc_now,
+        scheduler,
+        before_deal_append=deal_append_hook(),
+        snapshots=PostgresSnapshotStore(pool, utc_now),
+    )
     return _Services(
         store=store,
         games=games,

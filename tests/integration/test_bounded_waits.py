@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from events.postgres import Pool, PostgresEventStore, app_conninfo, open_pool
-from events.store import AppendTimedOut, EventMetadata, NewEvent, StreamAppend
+from events.store import AppendTimedOut, ConcurrencyConflict, EventMetadata, NewEvent, StreamAppend
 from service.web.problems import PROBLEM_MIMETYPE
 from tests.api_harness import Api
 
@@ -100,3 +100,17 @@ def test_a_bet_behind_a_held_log_lock_is_a_503_with_retry_after_and_nothing_appe
     again = api.call("POST", "/v1/tables/T1/bets", bet, headers=headers)
     assert again.status_code == 201, again.get_json()
     assert api.store.head() > head
+
+
+def test_a_refused_append_leaves_the_session_unbounded_and_the_connection_usable(
+    single_pool: Pool,
+) -> None:
+    store = PostgresEventStore(single_pool, statement_timeout=timedelta(milliseconds=300))
+    store.append(_one_event(), ACTOR)
+    for _ in range(8):  # past psycopg's prepare threshold
+        with pytest.raises(ConcurrencyConflict):
+            store.append(_one_event(), ACTOR)
+    store.append(_one_event("wallet:bob"), ACTOR)
+    with single_pool.connection() as conn:
+        assert conn.execute("SHOW statement_timeout").fetchone() == ("0",)
+    assert store.head() == 2

@@ -53,6 +53,7 @@ from domain.table import (
 from domain.wallet import (
     Wallet,
 )
+from events.snapshots import SnapshotStore
 from events.store import AppendResult, EventStore, StreamAppend
 from service.application.actor import Actor
 from service.application.appends import DEFAULT_ATTEMPTS, Prepared, Receipt, run_command
@@ -107,14 +108,16 @@ class GameService:
         seeds: Callable[[], ServerSeed] = ServerSeed.generate,
         client_seeds: Callable[[], str] = random_client_seed,
         before_deal_append: Callable[[], None] | None = None,
+        snapshots: SnapshotStore | None = None,
     ) -> None:
         self._store = store
         # A test-only hook (service/runtime/failpoints.py): lets an e2e test kill a server mid-deal.
         self._before_deal_append = before_deal_append
         self._clock = clock
         self._scheduler: WindowScheduler = scheduler if scheduler is not None else NoScheduler()
-        self._tables = tables if tables is not None else TableCache()
-        self._wallets = wallets if wallets is not None else WalletCache()
+        # Caches of their own, over `snapshots` if given, unless shared ones are handed in.
+        self._tables = tables if tables is not None else TableCache(snapshots=snapshots)
+        self._wallets = wallets if wallets is not None else WalletCache(snapshots=snapshots)
         self._limits = limits if limits is not None else LimitCache()
         self._shoes = shoes if shoes is not None else ShoeCards()
         self._attempts = attempts
