@@ -70,13 +70,17 @@ def verify(arguments: tuple[str, ...]) -> None:
 @click.command("recover")
 def recover_command() -> None:
     """Complete rounds left due but undealt by a crash; void those whose shoe secret is lost."""
+    from events.snapshots import PostgresSnapshotStore
     from events.store import utc_now
+    from service.application.game.open_rounds import PostgresOpenRounds
     from service.application.game.recovery import recover
     from service.application.game.tables import GameService
 
     with database_url(Settings.from_env()) as url, open_pool(url) as pool:
         store = PostgresEventStore(pool, upcasters=upcasters())
-        recovered = recover(store, GameService(store, utc_now), utc_now)
+        games = GameService(store, utc_now, snapshots=PostgresSnapshotStore(pool, utc_now))
+        open_rounds = PostgresOpenRounds(pool, upcasters())
+        recovered = recover(store, games, utc_now, open_rounds)
     for outcome in recovered:
         click.echo(f"{outcome.action}: round {outcome.round_id}: {outcome.detail}")
     click.echo(f"recovered {len(recovered)} interrupted round(s)")

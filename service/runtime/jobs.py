@@ -22,6 +22,7 @@ from events.store import utc_now
 from service.application.actor import Actor
 from service.application.checkpoints import CheckpointService
 from service.application.errors import NotFound
+from service.application.game.open_rounds import PostgresOpenRounds
 from service.application.game.recovery import recover
 from service.application.game.tables import GameService, WindowScheduler
 from service.application.read_models import projector
@@ -114,11 +115,14 @@ def recover_interrupted_rounds() -> str:
     """
     services = _built()
     try:
-        recovered = recover(services.store, services.games, utc_now)
+        open_rounds = PostgresOpenRounds(services.pool, upcasters())
+        recovered = recover(services.store, services.games, utc_now, open_rounds)
     finally:
         _reschedule(schedule_recovery, RECOVERY_INTERVAL)
+    # Only what it did, and at INFO: a recovered round is the system working as designed, and
+    # a minute that found nothing says nothing.
     for outcome in recovered:
-        log.warning(
+        log.info(
             "recovered round %s at table %s: %s", outcome.round_id, outcome.table_id, outcome.action
         )
     return f"recovered {len(recovered)} round(s)"

@@ -162,12 +162,18 @@ class GameService:
         return [self.table(table_id) for table_id in table_ids]
 
     def table(self, table_id: str) -> Table:
-        """A table's current state; a lapsed window is closed and dealt first."""
-        return self.catch_up(table_id)[1]
+        """A table's state as the log has it; reading never appends (see `live_state`)."""
+        return self._load(table_id)[1]
 
     def live_state(self, table_id: str) -> LiveState:
-        """What a front end shows of a table now; a lapsed window is closed and dealt first."""
-        return live_state(*self.catch_up(table_id))
+        """What a front end shows of a table now; a lapsed window shows as closing.
+
+        A read never writes: it is safe to retry and to crawl, and takes no append lock. The
+        lapsed window is closed by whichever comes first of the scheduled job, the table's
+        next command and the projector's sweeper (service/application/game/sweeper.py).
+        """
+        version, table = self._load(table_id)
+        return live_state(version, table, closing=self._overdue(table, self._clock()))
 
     def catch_up(self, table_id: str, actor: Actor = SYSTEM) -> tuple[int, Table]:
         """Enforce a lapsed betting window (exclude, then deal); the table as it then stands.
