@@ -30,6 +30,7 @@ import typing
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from enum import Enum
+from functools import cache
 from typing import Any, Generic, TypeVar
 
 import orjson
@@ -46,7 +47,10 @@ class UnreadableSnapshot(ValueError):  # noqa: N818 - named for what it is
     """A snapshot document that does not decode into the reader's classes."""
 
 
+@cache
 def _hints(cls: type[Any]) -> dict[str, Any]:
+    # Cached: resolving a class's hints evaluates its annotations, which costs far more than
+    # the encoding itself, and a class's fields never change while it is loaded.
     hints = typing.get_type_hints(cls)
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
 
