@@ -93,7 +93,7 @@ class LogWriter:
                 TableCreated(f"T{table}", SEATS, DECKS, 100, 500_000, (100, 500), 15_000, "GBP")
             ]
             for seat in range(1, SEATS + 1):
-                pending[f"wallet:P{table}-{seat}"] = [Deposited(10_000_000, "bench float")]
+                pending[f"wallet:P{table}-{seat}"] = [Deposited(10_000_000, "bench float", None)]
         self._append(pending)
 
     def play(self) -> None:

@@ -120,7 +120,7 @@ class Simulation:
         yield Append([self._table(decide(None, CreateTable(self.table_id), now))], now)
         for number, player in enumerate(self.players, start=1):
             seated = self._table(decide(self.table, SitDown(player, number), now))
-            funded = self._wallet(player, [Deposited(DEPOSIT, "bench float")])
+            funded = self._wallet(player, [Deposited(DEPOSIT, "bench float", None)])
             yield Append([seated, funded], now)
         for nonce in range(1, shoes + 1):
             yield from self._shoe(nonce)

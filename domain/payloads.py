@@ -22,6 +22,16 @@ def to_payload(event: Any) -> dict[str, object]:
     return {f.name: _json_value(getattr(event, f.name)) for f in fields(event)}
 
 
+def schema_version_of(event: Any) -> int:
+    """The schema version an event's payload is written in: its class's, 1 unless it says.
+
+    An event class that changes its fields declares `schema_version: ClassVar[int]`, one more
+    than before, and the service registers how to lift the older payloads to it.
+    """
+    version: int = getattr(type(event), "schema_version", 1)
+    return version
+
+
 def from_payload(cls: type[E], payload: Mapping[str, object]) -> E:
     """The event of class `cls` that `to_payload` turned into `payload`."""
     coercers = _coercers(cls)

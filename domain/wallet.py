@@ -79,11 +79,18 @@ class StakeNotReserved(WalletError):
 
 @dataclass(frozen=True, slots=True)
 class Deposited:
-    """Ops paid money into the wallet."""
+    """Ops paid money into the wallet.
+
+    Schema 2 added `reference`: the payment's reference at the cashier or payment provider,
+    None when there was none. A schema 1 payload has no such key; it is read as None (the
+    service's upcaster lifts it, service/application/upcasters.py).
+    """
 
     type: ClassVar[str] = "Deposited"
+    schema_version: ClassVar[int] = 2
     amount: int
     reason: str
+    reference: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,10 +206,11 @@ class Wallet:
 
 @dataclass(frozen=True, slots=True)
 class Deposit:
-    """Pay money in, saying why."""
+    """Pay money in, saying why, with the payment's reference if it has one."""
 
     amount: int
     reason: str
+    reference: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,10 +282,10 @@ WalletCommand: TypeAlias = (
 def decide_wallet(wallet: Wallet, command: WalletCommand) -> list[WalletEvent]:
     """The events `command` causes, or a WalletError naming the rule that refuses it."""
     match command:
-        case Deposit(amount=amount, reason=reason):
+        case Deposit(amount=amount, reason=reason, reference=reference):
             _check_amount(amount)
             _check_reason(reason)
-            return [Deposited(amount, reason)]
+            return [Deposited(amount, reason, reference)]
         case Withdraw(amount=amount, reason=reason):
             _check_amount(amount)
             _check_reason(reason)

@@ -7,7 +7,7 @@ from collections import deque
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Final, TypeVar, cast
 
 import orjson
@@ -28,6 +28,7 @@ from events.canonical import (
 )
 from events.store import (
     AppendResult,
+    AppendTimedOut,
     Clock,
     ConcurrencyConflict,
     EventMetadata,
@@ -61,6 +62,25 @@ T = TypeVar("T")
 # before the lock, and the log's time must never run backwards along its positions.
 _APPEND = "SELECT first_position, last_position, replayed_result FROM append_events(%s, %s, %s)"
 _CONCURRENCY_CONFLICT = "SB001"
+_LOCK_NOT_AVAILABLE = "55P03"
+_QUERY_CANCELED = "57014"
+# The append's waits are bounded for its own statement only: set on the session just before it
+# and reset just after, pipelined with it, so the three cost one round trip and no other user
+# of the pooled connection (a rebuild, a long export) inherits the limits. Session-level rather
+# than SET LOCAL because the append runs in autocommit, where each statement is its own
+# transaction; the resets run even when the append fails (psycopg syncs after each statement
+# of an autocommit pipeline), and a reset that never ran leaves only a tighter bound behind.
+_BOUND_WAITS = (
+    "SELECT set_config('lock_timeout', %s, false), set_config('statement_timeout', %s, false)"
+)
+_RESET_LOCK_TIMEOUT = "RESET lock_timeout"
+_RESET_STATEMENT_TIMEOUT = "RESET statement_timeout"
+LOCK_TIMEOUT: Final = timedelta(seconds=2)
+"""How long an append waits for the log's lock. An append holds it for about a millisecond, so
+two seconds is a queue of a thousand appends: past that the server is in trouble, and a quick
+retryable refusal serves a caller better than a request that hangs."""
+STATEMENT_TIMEOUT: Final = timedelta(seconds=5)
+"""How long an append's statement may run in all, waiting for the lock included."""
 READ_AHEAD: Final = 2
 """Batches that iter_all and iter_rows keep in flight, each on a pooled connection of its own.
 
@@ -235,6 +255,13 @@ def append_documents(
     ).decode()
 
 
+def _milliseconds(limit: timedelta) -> str:
+    if limit <= timedelta(0):
+        raise ValueError(f"a timeout must be positive, not {limit}")
+    # At least 1 ms: PostgreSQL reads 0 as "no limit", the very hang this bounds.
+    return f"{max(1, limit // timedelta(milliseconds=1))}ms"
+
+
 def _json(value: object) -> str:
     return orjson.dumps(value).decode()
 
@@ -256,6 +283,10 @@ def _filters(
 
 def _store_error(error: psycopg.Error, key: str | None) -> EventStoreError | None:
     """The typed error for one of the append function's own SQLSTATEs, else None."""
+    if error.sqlstate == _LOCK_NOT_AVAILABLE:
+        return AppendTimedOut("the log's lock")
+    if error.sqlstate == _QUERY_CANCELED:
+        return AppendTimedOut("its statement to finish")
     if error.sqlstate == _CONCURRENCY_CONFLICT and error.diag.message_detail:
         detail = orjson.loads(error.diag.message_detail)
         return ConcurrencyConflict(detail["stream_id"], detail["expected"], detail["actual"])
@@ -284,10 +315,17 @@ class PostgresEventStore(EventStore):
     """The event store in PostgreSQL, over connections from a pool the caller owns."""
 
     def __init__(
-        self, pool: Pool, clock: Clock = utc_now, upcasters: Upcasters | None = None
+        self,
+        pool: Pool,
+        clock: Clock = utc_now,
+        upcasters: Upcasters | None = None,
+        *,
+        lock_timeout: timedelta = LOCK_TIMEOUT,
+        statement_timeout: timedelta = STATEMENT_TIMEOUT,
     ) -> None:
         super().__init__(clock, upcasters)
         self._pool = pool
+        self._waits = [_milliseconds(lock_timeout), _milliseconds(statement_timeout)]
 
     def append(
         self,
@@ -306,7 +344,14 @@ class PostgresEventStore(EventStore):
         # lock is released by a commit that the server runs without waiting for us.
         with _one_statement(self._pool) as conn:
             try:
-                row = conn.execute(_APPEND, [documents, key, fingerprint]).fetchone()
+                # Never prepared: psycopg would count a statement as prepared even when a
+                # failed append made the server skip its Parse, and fail on its next use.
+                with conn.pipeline():
+                    conn.execute(_BOUND_WAITS, self._waits, prepare=False)
+                    cursor = conn.execute(_APPEND, [documents, key, fingerprint], prepare=False)
+                    conn.execute(_RESET_LOCK_TIMEOUT, prepare=False)
+                    conn.execute(_RESET_STATEMENT_TIMEOUT, prepare=False)
+                row = cursor.fetchone()
             except psycopg.Error as error:
                 typed = _store_error(error, key)
                 if typed is None:

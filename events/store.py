@@ -55,6 +55,18 @@ class UnknownIdempotencyKey(EventStoreError):  # noqa: N818
         self.key = key
 
 
+class AppendTimedOut(EventStoreError):  # noqa: N818
+    """An append waited too long for the log's lock, or ran too long; nothing was appended.
+
+    Retrying later is safe and usually works: the wait is bounded so that a stuck append
+    (a long lock held by hand, an overloaded server) costs callers a quick refusal, not a hang.
+    """
+
+    def __init__(self, waited_for: str) -> None:
+        super().__init__(f"the append gave up waiting for {waited_for}; nothing was appended")
+        self.waited_for = waited_for
+
+
 class ShoeSecretAlreadyStored(EventStoreError):  # noqa: N818
     """A shoe's server seed is written once; a second write would break its commitment."""
 

@@ -74,8 +74,13 @@ def subscriptions(
     listen: bool = True,
     batch_size: int = LIVE_BATCH,
     clock: Clock = utc_now,
+    upcasters: Upcasters | None = None,
 ) -> list[CatchUpSubscription]:
-    """One catch-up subscription per named projection, each checkpointed under its name."""
+    """One catch-up subscription per named projection, each checkpointed under its name.
+
+    Each projection reads events through `upcasters` (none when not given): the caller, which
+    knows the events, passes the registry its stores use.
+    """
     found: list[CatchUpSubscription] = []
     for cls in projections:
         projection = cls(LIVE)
@@ -89,14 +94,18 @@ def subscriptions(
                 poll_interval=poll_interval,
                 listen=listen,
                 clock=clock,
+                upcasters=upcasters,
             )
         )
     return found
 
 
-def catch_up(pool: Pool, projections: Catalogue) -> int:
+def catch_up(pool: Pool, projections: Catalogue, *, upcasters: Upcasters | None = None) -> int:
     """Bring the projections up to the log's head now; the events handed to them."""
-    return sum(s.run_until_caught_up() for s in subscriptions(pool, projections, listen=False))
+    return sum(
+        s.run_until_caught_up()
+        for s in subscriptions(pool, projections, listen=False, upcasters=upcasters)
+    )
 
 
 class Projector:
@@ -155,8 +164,14 @@ def rebuild(
     *,
     batch_size: int = REBUILD_BATCH,
     clock: Clock = utc_now,
+    upcasters: Upcasters | None = None,
 ) -> RebuildResult:
-    """Rebuild the projections from position 0 beside the live ones; swap them in."""
+    """Rebuild the projections from position 0 beside the live ones; swap them in.
+
+    `upcasters` must pickle (its steps top-level functions): it reaches the processes that
+    fill the shadows by reference.
+    """
+    registry = upcasters if upcasters is not None else Upcasters()
     classes = {cls.name: cls for cls in projections}
     chosen = tuple(sorted(classes))
     shadows = [classes[name](SHADOW) for name in chosen]
@@ -167,7 +182,7 @@ def rebuild(
             lock.execute("SELECT pg_advisory_lock(hashtext(%s))", [_REBUILD_LOCK + name])
         lock.commit()
         try:
-            return _rebuild(pool, chosen, shadows, batch_size, clock)
+            return _rebuild(pool, chosen, shadows, batch_size, clock, registry)
         finally:
             for name in chosen:
                 lock.execute("SELECT pg_advisory_unlock(hashtext(%s))", [_REBUILD_LOCK + name])
@@ -180,6 +195,7 @@ def _rebuild(
     shadows: Sequence[Projection],
     batch_size: int,
     clock: Clock,
+    upcasters: Upcasters,
 ) -> RebuildResult:
     categories = sorted({c for p in shadows for c in p.categories})
     with pool.connection() as conn:
@@ -198,12 +214,12 @@ def _rebuild(
         groups.setdefault(tuple(sorted(projection.categories)), []).append(type(projection))
     if len(groups) == 1:
         (classes_of_group,) = groups.values()
-        handled = fill_shadows(target, tuple(classes_of_group), batch_size, built)
+        handled = fill_shadows(target, tuple(classes_of_group), batch_size, built, upcasters)
     else:
         spawn = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(len(groups), mp_context=spawn) as processes:
             fills = [
-                processes.submit(fill_shadows, target, tuple(group), batch_size, built)
+                processes.submit(fill_shadows, target, tuple(group), batch_size, built, upcasters)
                 for group in groups.values()
             ]
             handled = sum(fill.result() for fill in fills)
@@ -214,7 +230,7 @@ def _rebuild(
         head = 0 if head_row is None else int(head_row[0])
         cursor = conn.cursor(row_factory=event_rows)
         tail = cursor.execute(_TAIL, [built, head, categories]).fetchall()
-        tail = Upcasters().upcast_all(tail)
+        tail = upcasters.upcast_all(tail)
         if tail:
             _apply_all(conn, shadows, tail)
         handled += len(tail)
@@ -226,7 +242,11 @@ def _rebuild(
 
 
 def fill_shadows(
-    conninfo: str, projections: tuple[type[Projection], ...], batch_size: int, built: int
+    conninfo: str,
+    projections: tuple[type[Projection], ...],
+    batch_size: int,
+    built: int,
+    upcasters: Upcasters | None = None,
 ) -> int:
     """Fill the named models' shadow tables from the log up to `built`; the events read.
 
@@ -242,7 +262,7 @@ def fill_shadows(
     # Two read-ahead connections, and one a model.
     pool = open_pool(conninfo, min_size=1, max_size=len(shadows) + READ_AHEAD + 1)
     try:
-        store = PostgresEventStore(pool)
+        store = PostgresEventStore(pool, upcasters=upcasters)
         with ThreadPoolExecutor(len(shadows), thread_name_prefix="shoebox-rebuild") as threads:
             previous: list[Future[None]] = []
             for events in store.iter_all(0, batch_size, categories, to_position=built):

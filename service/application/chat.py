@@ -82,7 +82,9 @@ class ChatService:
         """The table's last `limit` messages, oldest first and newest last."""
         if limit < 1:
             raise ValueError("limit must be at least 1")
-        self._game.catch_up(table_id)
+        # An unknown table is not found. Only read: a lapsed window is left to the table's
+        # next command, because a read never writes.
+        self._game.table(table_id)
         recorded = self._store.read_stream(chat_stream(table_id))[-limit:]
         messages: list[ChatMessage] = []
         for event in recorded:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cache
 
 from domain.wallet import (
     WALLET_EVENT_TYPES,
@@ -28,10 +29,13 @@ from domain.wallet import (
     decide_wallet,
     evolve_wallet,
 )
+from events.snapshots import SnapshotStore
 from events.store import AppendResult, EventStore, StreamAppend
 from service.application.actor import Actor
 from service.application.appends import DEFAULT_ATTEMPTS, Prepared, Receipt, run_command
+from service.application.snapshots import SnapshotCodec
 from service.application.streams import (
+    SNAPSHOT_EVERY,
     DomainEvent,
     StreamCache,
     from_recorded_as,
@@ -47,11 +51,30 @@ def _fold_wallet(wallet: Wallet, event: DomainEvent) -> Wallet:
     return evolve_wallet(wallet, event)
 
 
+@cache
+def wallet_codec() -> SnapshotCodec[Wallet]:
+    """The codec of wallet snapshots (built once: its schema reads the domain's source)."""
+    return SnapshotCodec(Wallet, evolve_wallet)
+
+
 class WalletCache(StreamCache[Wallet]):
     """The per-process cache of wallets: (version, Wallet) per wallet stream."""
 
-    def __init__(self, capacity: int = 4096) -> None:
-        super().__init__(lambda stream_id: Wallet(id_of(stream_id)), _fold_wallet, capacity)
+    def __init__(
+        self,
+        capacity: int = 4096,
+        *,
+        snapshots: SnapshotStore | None = None,
+        snapshot_every: int = SNAPSHOT_EVERY,
+    ) -> None:
+        super().__init__(
+            lambda stream_id: Wallet(id_of(stream_id)),
+            _fold_wallet,
+            capacity,
+            snapshots=snapshots,
+            codec=wallet_codec() if snapshots is not None else None,
+            snapshot_every=snapshot_every,
+        )
 
     def wallet(self, store: EventStore, player_id: str) -> tuple[int, Wallet]:
         """A player's wallet and its stream's version (an unused wallet is empty, version 0)."""
@@ -109,9 +132,16 @@ class WalletService:
         self._wallets = wallets if wallets is not None else WalletCache()
         self._attempts = attempts
 
-    def deposit(self, player_id: str, amount: int, reason: str, actor: Actor) -> Receipt:
-        """Pay money into a wallet."""
-        return self._run(player_id, Deposit(amount, reason), actor)
+    def deposit(
+        self,
+        player_id: str,
+        amount: int,
+        reason: str,
+        actor: Actor,
+        reference: str | None = None,
+    ) -> Receipt:
+        """Pay money into a wallet, with the payment's reference if it has one."""
+        return self._run(player_id, Deposit(amount, reason, reference), actor)
 
     def withdraw(self, player_id: str, amount: int, reason: str, actor: Actor) -> Receipt:
         """Pay money out of a wallet, never more than is available."""

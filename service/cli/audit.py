@@ -13,6 +13,7 @@ from domain.audit import CheckpointSigned
 from events.canonical import BreakKind, ChainBreak, verify_rows
 from events.postgres import READ_AHEAD, Pool, PostgresEventStore, open_pool
 from events.store import GENESIS_HASH, utc_now
+from service.application.upcasters import upcasters
 from service.embedded import database_url
 from service.runtime.settings import Settings
 
@@ -69,7 +70,7 @@ def verify(from_position: int, batch_size: int, kept_file: Path | None) -> None:
             database_url(Settings.from_env()) as url,
             open_pool(url, max_size=READ_AHEAD + 1) as pool,
         ):
-            store = PostgresEventStore(pool)
+            store = PostgresEventStore(pool, upcasters=upcasters())
             prev_hash = _hash_before(pool, from_position)
             head = store.head()
             broken, last = _walk(store, from_position, prev_hash, batch_size, head)
@@ -120,7 +121,9 @@ def checkpoint(out: Path | None) -> None:
         settings = replace(settings, checkpoint_file=out)
     try:
         with database_url(settings) as url, open_pool(url, max_size=1) as pool:
-            service = checkpoint_service(settings, PostgresEventStore(pool), utc_now)
+            service = checkpoint_service(
+                settings, PostgresEventStore(pool, upcasters=upcasters()), utc_now
+            )
             if service is None:
                 raise click.ClickException(
                     "no signing key: set SHOEBOX_SIGNING_KEY_FILE"

@@ -13,6 +13,7 @@ from events.postgres import PostgresEventStore, open_pool
 from events.store import EventMetadata, EventStore
 from service.application.keys import ApiKeyError, Role, create_key, list_keys, revoke_key
 from service.application.operators import checked_operator
+from service.application.upcasters import upcasters
 from service.embedded import database_url
 from service.runtime.settings import Settings
 
@@ -24,7 +25,7 @@ CLI_ROLE = "cli"
 def _store() -> Iterator[EventStore]:
     try:
         with database_url(Settings.from_env()) as url, open_pool(url, max_size=1) as pool:
-            yield PostgresEventStore(pool)
+            yield PostgresEventStore(pool, upcasters=upcasters())
     except psycopg.errors.UndefinedTable as error:
         raise click.ClickException(
             "this database has no event log; run `shoebox migrate`"

@@ -11,9 +11,15 @@ from types import FrameType
 import click
 
 from events.migrations import apply_migrations
-from events.postgres import Pool, app_conninfo, open_pool
+from events.postgres import Pool, PostgresEventStore, app_conninfo, open_pool
+from events.projections import runner
+from events.snapshots import PostgresSnapshotStore
 from events.store import utc_now
+from service.application.game.open_rounds import OpenRoundsProjection, PostgresOpenRounds
+from service.application.game.sweeper import SWEEP_INTERVAL, WindowSweeper
+from service.application.game.tables import GameService
 from service.application.read_models import projector as read_models
+from service.application.upcasters import upcasters
 from service.embedded import database_url
 from service.runtime.logs import configure_logging
 from service.runtime.settings import Settings
@@ -51,9 +57,21 @@ def _names(names: tuple[str, ...]) -> tuple[str, ...]:
     show_default=True,
     help="Seconds between looks at the log when no NOTIFY arrives.",
 )
+@click.option(
+    "--sweep-interval",
+    type=click.FloatRange(min=0.05),
+    default=SWEEP_INTERVAL,
+    show_default=True,
+    help="Seconds between the sweeper's looks for lapsed betting windows.",
+)
 @click.argument("names", nargs=-1, metavar="[NAME]...")
-def projector(poll_interval: float, names: tuple[str, ...]) -> None:
-    """Follow the log into every read model (or the NAMEd ones) until interrupted."""
+def projector(poll_interval: float, sweep_interval: float, names: tuple[str, ...]) -> None:
+    """Follow the log into every read model (or the NAMEd ones) until interrupted.
+
+    It also keeps the index of open rounds and sweeps it for lapsed betting windows, closing
+    them with nothing but PostgreSQL: windows close on time even when Redis or the worker is
+    down and nobody sends the table another command.
+    """
     configure_logging("projector")
     chosen = _names(names)
     stop = threading.Event()
@@ -63,15 +81,34 @@ def projector(poll_interval: float, names: tuple[str, ...]) -> None:
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
-    # A connection per subscription and one for its listener's fallback queries.
-    with _pool(max_size=len(chosen) + 2) as pool:
-        running = read_models.Projector(
-            read_models.subscriptions(pool, chosen, poll_interval=poll_interval)
+    # A connection per subscription and one for its listener's fallback queries, and two for
+    # the sweeper (its look at the index, and the window it closes).
+    with _pool(max_size=len(chosen) + 5) as pool:
+        following = read_models.subscriptions(pool, chosen, poll_interval=poll_interval)
+        following += runner.subscriptions(
+            pool, [OpenRoundsProjection], poll_interval=poll_interval, upcasters=upcasters()
         )
+        running = read_models.Projector(following)
+        sweeper = window_sweeper(pool, interval=sweep_interval)
         running.start()
-        click.echo(f"projector following the log into {', '.join(chosen)}", err=True)
+        sweeper.start()
+        click.echo(
+            f"projector following the log into {', '.join(chosen)} and open_rounds,"
+            " sweeping lapsed windows",
+            err=True,
+        )
         stop.wait()
+        sweeper.stop()
         running.stop()
+
+
+def window_sweeper(pool: Pool, *, interval: float = SWEEP_INTERVAL) -> WindowSweeper:
+    """The sweeper over the projector's pool: PostgreSQL only, no scheduler, no Redis."""
+    store = PostgresEventStore(pool, utc_now, upcasters())
+    games = GameService(store, utc_now, snapshots=PostgresSnapshotStore(pool, utc_now))
+    # The index is kept by this very process's subscription; catching it up before each look
+    # as well costs one query when it is current, and keeps the sweep right if it lags.
+    return WindowSweeper(games, PostgresOpenRounds(pool, upcasters()), utc_now, interval=interval)
 
 
 @click.group()

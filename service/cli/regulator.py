@@ -7,6 +7,7 @@ import click
 import orjson
 
 from events.postgres import PostgresEventStore, open_pool
+from service.application.upcasters import upcasters
 from service.embedded import database_url
 from service.regulator.export import build_export, write_lines
 from service.runtime.settings import Settings
@@ -35,7 +36,7 @@ _FORMATS = ["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S"]
 def export(table_id: str, start: datetime, end: datetime, output: str) -> None:
     """Write a table's events in a time range, and its revealed seeds, as JSON Lines."""
     with database_url(Settings.from_env()) as url, open_pool(url) as pool:
-        store = PostgresEventStore(pool)
+        store = PostgresEventStore(pool, upcasters=upcasters())
         lines = build_export(store, table_id, _utc(start), _utc(end))
         if output == "-":
             for line in lines:
@@ -69,13 +70,17 @@ def verify(arguments: tuple[str, ...]) -> None:
 @click.command("recover")
 def recover_command() -> None:
     """Complete rounds left due but undealt by a crash; void those whose shoe secret is lost."""
+    from events.snapshots import PostgresSnapshotStore
     from events.store import utc_now
+    from service.application.game.open_rounds import PostgresOpenRounds
     from service.application.game.recovery import recover
     from service.application.game.tables import GameService
 
     with database_url(Settings.from_env()) as url, open_pool(url) as pool:
-        store = PostgresEventStore(pool)
-        recovered = recover(store, GameService(store, utc_now), utc_now)
+        store = PostgresEventStore(pool, upcasters=upcasters())
+        games = GameService(store, utc_now, snapshots=PostgresSnapshotStore(pool, utc_now))
+        open_rounds = PostgresOpenRounds(pool, upcasters())
+        recovered = recover(store, games, utc_now, open_rounds)
     for outcome in recovered:
         click.echo(f"{outcome.action}: round {outcome.round_id}: {outcome.detail}")
     click.echo(f"recovered {len(recovered)} interrupted round(s)")

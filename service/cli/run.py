@@ -229,13 +229,14 @@ def ensure_demo_keys(db_url: str, data_dir: Path) -> list[DemoKey]:
     from events.postgres import PostgresEventStore, open_pool
     from events.store import EventMetadata
     from service.application.keys import Role, create_key, hash_key, list_keys
+    from service.application.upcasters import upcasters
 
     path = data_dir / DEMO_KEYS_FILE
     stored = {key.role: key for key in _read_keys(path)}
     metadata = EventMetadata(actor=f"cli:{getpass.getuser()}", role="cli")
     keys: list[DemoKey] = []
     with open_pool(db_url, max_size=1) as pool:
-        store = PostgresEventStore(pool)
+        store = PostgresEventStore(pool, upcasters=upcasters())
         live = {key.key_id: key for key in list_keys(store) if not key.revoked}
         for role in Role:
             candidate = stored.get(role.value)

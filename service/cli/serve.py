@@ -248,15 +248,20 @@ def metrics_directory() -> Iterator[None]:
 def _recover_interrupted_rounds(settings: Settings) -> None:
     """Complete, or void, any round a crash left due but undealt, before taking requests."""
     from events.postgres import PostgresEventStore, app_conninfo, open_pool
+    from events.snapshots import PostgresSnapshotStore
     from events.store import utc_now
+    from service.application.game.open_rounds import PostgresOpenRounds
     from service.application.game.recovery import recover_on_start
     from service.application.game.tables import GameService
+    from service.application.upcasters import upcasters
 
     assert settings.database_url is not None
     conninfo = settings.app_database_url or app_conninfo(settings.database_url, environ={})
     with open_pool(conninfo, max_size=2) as pool:
-        store = PostgresEventStore(pool, utc_now)
-        recovered = recover_on_start(store, GameService(store, utc_now), utc_now)
+        store = PostgresEventStore(pool, utc_now, upcasters())
+        games = GameService(store, utc_now, snapshots=PostgresSnapshotStore(pool, utc_now))
+        open_rounds = PostgresOpenRounds(pool, upcasters())
+        recovered = recover_on_start(store, games, utc_now, open_rounds)
     if recovered:
         click.echo(f"recovered {recovered} interrupted round(s)", err=True)
 

@@ -12,6 +12,7 @@ from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
 
 from events.postgres import Pool
+from events.snapshots import InMemorySnapshotStore, PostgresSnapshotStore, SnapshotStore
 from events.store import Clock, EventStore, JsonValue
 from events.tail import LogTail
 from service.application.chat import ChatService
@@ -70,7 +71,12 @@ def wire(
     store = MeteredEventStore(store)
     # One cache of each aggregate for the process, shared by every service that reads it:
     # each loads only the events after its cached version, so sharing is safe and cheaper.
-    tables, wallets, limits = TableCache(), WalletCache(), LimitCache()
+    # Cold loads start from a snapshot, in PostgreSQL beside the log when there is one.
+    snapshots: SnapshotStore = (
+        PostgresSnapshotStore(pool, clock) if pool is not None else InMemorySnapshotStore()
+    )
+    tables, wallets = TableCache(snapshots=snapshots), WalletCache(snapshots=snapshots)
+    limits = LimitCache()
     games = GameService(
         store,
         clock,

@@ -17,14 +17,17 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Final
 
 from events.postgres import Pool, PostgresEventStore, app_conninfo, open_pool
+from events.snapshots import PostgresSnapshotStore
 from events.store import EventStore, utc_now
 from service.application.actor import Actor
 from service.application.checkpoints import CheckpointService
 from service.application.errors import NotFound
+from service.application.game.open_rounds import PostgresOpenRounds
 from service.application.game.recovery import recover
 from service.application.game.tables import GameService, WindowScheduler
 from service.application.read_models import projector
 from service.application.streams import TableCache
+from service.application.upcasters import upcasters
 from service.runtime.failpoints import deal_append_hook
 from service.runtime.metrics import MeteredEventStore, observe_window_close
 from service.runtime.scheduler import WINDOW_QUEUE, RqWindowScheduler
@@ -122,11 +125,14 @@ def recover_interrupted_rounds() -> str:
     """
     services = _built()
     try:
-        recovered = recover(services.store, services.games, utc_now)
+        open_rounds = PostgresOpenRounds(services.pool, upcasters())
+        recovered = recover(services.store, services.games, utc_now, open_rounds)
     finally:
         _reschedule(schedule_recovery, RECOVERY_INTERVAL)
+    # Only what it did, and at INFO: a recovered round is the system working as designed, and
+    # a minute that found nothing says nothing.
     for outcome in recovered:
-        log.warning(
+        log.info(
             "recovered round %s at table %s: %s", outcome.round_id, outcome.table_id, outcome.action
         )
     return f"recovered {len(recovered)} round(s)"
@@ -213,10 +219,15 @@ def _build(settings: Settings, queue_name: str) -> _Services:
         else None
     )
     # The worker's appends (window closes, recoveries) count in /metrics too.
-    store = MeteredEventStore(PostgresEventStore(pool, utc_now))
+    store = MeteredEventStore(PostgresEventStore(pool, utc_now, upcasters()))
     tables = TableCache()
     games = GameService(
-        store, utc_now, scheduler, tables=tables, before_deal_append=deal_append_hook()
+        store,
+        utc_now,
+        scheduler,
+        tables=tables,
+        before_deal_append=deal_append_hook(),
+        snapshots=PostgresSnapshotStore(pool, utc_now),
     )
     return _Services(
         store=store,

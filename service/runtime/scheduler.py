@@ -1,9 +1,10 @@
 """The betting window's punctual closing: an RQ job per round, scheduled with rq's own scheduler.
 
 This is a promptness device only. `GameService` also closes a lapsed window lazily on the next
-request to its table, so when Redis or the worker is down a table waits for its next request
-instead of its deadline, and nothing else is lost. Scheduling therefore never fails a request:
-an unreachable Redis is logged, and for a short while not asked again.
+command to its table, and the projector's sweeper closes every lapsed window it finds in the
+open-rounds index within a fraction of a second, needing only PostgreSQL; so when Redis or the
+worker is down nothing is lost and windows still close on time. Scheduling therefore never
+fails a request: an unreachable Redis is logged, and for a short while not asked again.
 """
 
 from __future__ import annotations
@@ -110,7 +111,7 @@ class RqWindowScheduler:
             self._fail()
             log.warning(
                 "could not schedule the window of round %s at table %s (%s); it will close"
-                " on the table's next request instead",
+                " on the table's next command or by the projector's sweeper instead",
                 round_id,
                 table_id,
                 error,

@@ -16,6 +16,7 @@ from service.application.actor import Actor
 from service.application.game.tables import WindowScheduler
 from service.application.keys import ApiKey
 from service.application.read_models.queries import ProjectionService
+from service.application.upcasters import upcasters
 from service.runtime.container import wire
 from service.runtime.scheduler import RqWindowScheduler
 from service.runtime.settings import Settings, SettingsError
@@ -85,7 +86,7 @@ def create_app(
     pool: Pool | None = None
     if store is None:
         pool = _open_pool(settings, pool_size)
-        store = PostgresEventStore(pool, clock)
+        store = PostgresEventStore(pool, clock, upcasters())
         # Closed with the app by Container.close, not at exit: gunicorn's worker_exit hook
         # calls it (service/cli/serve.py), and a test that builds an app disposes of it.
 

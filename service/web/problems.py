@@ -14,6 +14,9 @@ family, the part before its first dot):
 Idempotency follows draft-ietf-httpapi-idempotency-key-header: a key reused with a different
 request is 422, a key whose first request has not finished is 409.
 
+An append that waited too long for the log is a 503 `log-busy` with `Retry-After`: nothing was
+written, and the same request (with the same Idempotency-Key) may simply be sent again.
+
 A 500 is always a bug: its document says nothing of the cause, which is logged with the
 request id that the response also carries.
 """
@@ -30,7 +33,7 @@ from flask import Flask, Response, g, json
 from werkzeug.exceptions import HTTPException
 
 from domain.errors import DomainError
-from events.store import ConcurrencyConflict, IdempotencyKeyReused, JsonValue
+from events.store import AppendTimedOut, ConcurrencyConflict, IdempotencyKeyReused, JsonValue
 from service.application.errors import Conflict, NotFound, ServiceError
 
 _logger = logging.getLogger(__name__)
@@ -57,6 +60,7 @@ PROBLEM_TITLES: Final[Mapping[str, str]] = {
     "validation-failed": "The request did not validate",
     "internal-error": "Internal server error",
     "service-unavailable": "The service is unavailable",
+    "log-busy": "The log is too busy to record this now; retry shortly",
 }
 
 _SLUG_BY_STATUS: Final[Mapping[int, str]] = {
@@ -324,6 +328,11 @@ def register_problem_handlers(app: Flask) -> None:
             "Others kept changing this resource at the same moment; retry the request.",
         ).response()
 
+    @app.errorhandler(AppendTimedOut)
+    def _busy(error: AppendTimedOut) -> Response:
+        _logger.warning("request %s: %s", g.get("request_id", "-"), error)
+        return log_busy().response()
+
     @app.errorhandler(IdempotencyKeyReused)
     def _reused(error: IdempotencyKeyReused) -> Response:
         return idempotency_key_reused().response()
@@ -331,6 +340,21 @@ def register_problem_handlers(app: Flask) -> None:
     @app.errorhandler(Exception)
     def _unexpected(error: Exception) -> Response:
         return _internal_problem(error).response()
+
+
+RETRY_AFTER_SECONDS: Final = 1
+"""What a 503 log-busy tells a client to wait: an append's lock wait is bounded at seconds."""
+
+
+def log_busy() -> Problem:
+    """The answer to an append that gave up waiting for the log: retry, nothing was written."""
+    return Problem(
+        503,
+        "log-busy",
+        "The log could not take this write in time and nothing was recorded; send the same"
+        " request again (with the same Idempotency-Key, if it had one).",
+        headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+    )
 
 
 def idempotency_key_reused() -> Problem:

@@ -131,12 +131,13 @@ def test_a_server_killed_mid_deal_leaves_a_round_that_recovery_completes(
             bet = {"player_id": player, "spot": "banker", "stake_pence": 1_000}
             call(base, "POST", f"/v1/tables/{table}/bets", frontend, bet)
         # Alice presses Deal; Bob never acts, so the coup is dealt when the window lapses, by
-        # whatever next touches the table: here a read of its state, held at the failpoint.
+        # whatever next writes to the table: here Bob's chat message, held at the failpoint.
         call(base, "POST", f"/v1/tables/{table}/deal", frontend, {"player_id": alice})
         time.sleep(1.2)
+        message = {"player_id": bob, "text": "anyone?"}
         reader = threading.Thread(
             target=_swallow,
-            args=(lambda: call(base, "GET", f"/v1/tables/{table}/state", frontend),),
+            args=(lambda: call(base, "POST", f"/v1/tables/{table}/chat", frontend, message),),
             daemon=True,
         )
         reader.start()

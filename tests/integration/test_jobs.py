@@ -16,7 +16,7 @@ from rq.serializers import JSONSerializer
 from domain.outcome import Spot
 from domain.table import TableSettings
 from events.postgres import Pool, PostgresEventStore
-from events.store import utc_now
+from events.store import EventStore, utc_now
 from service.application.actor import Actor
 from service.application.game.tables import GameService
 from service.application.wallets import WalletService
@@ -118,7 +118,7 @@ def burst_until_finished(queue: Queue, job: Job) -> None:
         time.sleep(0.1)
 
 
-def open_round(games: GameService, store: PostgresEventStore, table_id: str) -> str:
+def open_round(games: GameService, store: EventStore, table_id: str) -> str:
     """A table with a one-second window and two seated players: alice bets and presses Deal."""
     wallets = WalletService(store, utc_now)
     games.create_table(table_id, TableSettings(seats=3, betting_window=WINDOW), OPS)
@@ -232,10 +232,14 @@ def test_scheduling_on_a_dead_redis_logs_and_the_bet_still_succeeds(
 
     (warning,) = [r.getMessage() for r in caplog.records if r.name == "service.runtime.scheduler"]
     assert warning.startswith(f"could not schedule the window of round {round_id} at table")
-    assert warning.endswith("it will close on the table's next request instead")
+    assert warning.endswith(
+        "it will close on the table's next command or by the projector's sweeper instead"
+    )
     assert len(store.read_all(types=["BetPlaced"])) == 1
-    # The lazy path still closes the window: the next request after the deadline deals.
+    # The lazy path still closes the window: the next command after the deadline deals.
     clock.advance(WINDOW + timedelta(milliseconds=1))
+    assert games.live_state(table_id).phase == "closing"
+    games.sit(table_id, "carol", 3, FRONTEND)
     assert games.live_state(table_id).round_id != round_id
     assert len(store.read_all(types=["CoupCompleted"])) == 1
 
@@ -282,3 +286,22 @@ def test_the_periodic_recovery_job_deals_a_lapsed_round_and_schedules_its_next_r
     # new one: nobody is left to play it, so no window job is scheduled beside it).
     scheduled = queue.scheduled_job_registry.get_job_ids()
     assert [job_id for job_id in scheduled if job_id.startswith("shoebox-recovery-")], scheduled
+
+
+def test_the_recovery_job_is_silent_when_nothing_is_due_and_says_what_it_recovers_at_info(
+    configured_jobs: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.DEBUG, logger="service.runtime.jobs"):
+        assert jobs.recover_interrupted_rounds() == "recovered 0 round(s)"
+    assert [r for r in caplog.records if r.name == "service.runtime.jobs"] == []
+
+    store = jobs._built().store
+    games = GameService(store, utc_now)
+    table_id = f"T-{secrets.token_hex(4)}"
+    round_id = open_round(games, store, table_id)
+    time.sleep(WINDOW.total_seconds() + 0.1)
+    with caplog.at_level(logging.DEBUG, logger="service.runtime.jobs"):
+        assert jobs.recover_interrupted_rounds() == "recovered 1 round(s)"
+    (record,) = [r for r in caplog.records if r.name == "service.runtime.jobs"]
+    assert record.levelno == logging.INFO
+    assert round_id in record.getMessage()

@@ -137,9 +137,10 @@ def test_a_whole_shoe_never_shows_its_seed_or_next_cards_until_it_is_revealed(
         last: dict[str, Any] = api.act("T1", "deal", "alice")
         read_everything(api)
         if not timed_out:
-            # Once in the shoe, Bob never acts: the window closes on the next request.
+            # Once in the shoe, Bob never acts: the window closes on the next write.
             timed_out = True
             api.clock.advance(16)
+            api.ok("POST", "/v1/tables/T1/chat", {"player_id": "bob", "text": "..."}, status=201)
             state = api.state()
             assert state["round_id"] != last["round_id"]
         else:

@@ -66,9 +66,15 @@ def test_a_round_with_mixed_bets_a_pass_and_a_timeout_then_a_tie_pays_by_the_rul
     assert (seats["carol"]["action"], seats["carol"]["acted"]) == ("passed", True)
     assert (seats["dave"]["action"], seats["dave"]["acted"]) == ("pending", False)
 
-    # Dave never acts. Past the deadline, the next request to the table closes the window,
-    # excludes him, deals and settles, and opens round 2 for everyone seated (Erin too).
+    # Dave never acts. Past the deadline the state shows the window closing; reading it
+    # writes nothing. The next write to the table (here Erin's chat message) closes the
+    # window, excludes him, deals and settles, and opens round 2 for everyone seated.
     api.clock.advance(15)
+    head = api.store.head()
+    closing = api.state()
+    assert (closing["round_id"], closing["phase"]) == ("T1-1", "closing")
+    assert api.store.head() == head
+    api.ok("POST", "/v1/tables/T1/chat", {"player_id": "erin", "text": "deal!"}, status=201)
     state = api.state()
     assert state["round_id"] == "T1-2"
     assert state["phase"] == "betting"

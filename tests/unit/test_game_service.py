@@ -216,15 +216,37 @@ def test_a_lapsed_window_is_closed_and_dealt_before_the_next_command() -> None:
     casino.game.place_bet("T1", "alice", Spot.BANKER, 1_000, FRONTEND)
     casino.game.press_deal("T1", "alice", FRONTEND)
     casino.clock.advance(20)
-    # No worker ran; the next request to the table closes the window and deals first.
+    # No worker ran; the next command to the table closes the window and deals first.
+    casino.game.sit("T1", "carol", 3, FRONTEND)
     state = casino.game.live_state("T1")
     assert state.round_number == 2
     assert state.phase == "betting"
     assert casino.available("alice") == 10_000 + 950
 
 
-@pytest.mark.parametrize("request_kind", ["read the table", "read the chat", "post to the chat"])
-def test_every_request_to_a_table_enforces_a_lapsed_window(request_kind: str) -> None:
+@pytest.mark.parametrize("request_kind", ["read the table", "read the state", "read the chat"])
+def test_reading_a_table_never_closes_a_lapsed_window(request_kind: str) -> None:
+    casino = Casino()
+    casino.table()
+    casino.seat("alice", "bob")
+    casino.game.place_bet("T1", "alice", Spot.BANKER, 1_000, FRONTEND)
+    casino.game.press_deal("T1", "alice", FRONTEND)
+    casino.clock.advance(20)
+    head = casino.store.head()
+    chat = ChatService(casino.store, casino.clock, casino.game)
+    if request_kind == "read the table":
+        casino.game.table("T1")
+    elif request_kind == "read the state":
+        casino.game.live_state("T1")
+    else:
+        chat.recent("T1")
+    assert casino.store.head() == head
+    state = casino.game.live_state("T1")
+    assert (state.round_number, state.phase) == (1, "closing")
+
+
+@pytest.mark.parametrize("request_kind", ["post to the chat", "sit down", "window job"])
+def test_every_write_to_a_table_enforces_a_lapsed_window(request_kind: str) -> None:
     casino = Casino()
     casino.table()
     casino.seat("alice", "bob")
@@ -232,12 +254,12 @@ def test_every_request_to_a_table_enforces_a_lapsed_window(request_kind: str) ->
     casino.game.press_deal("T1", "alice", FRONTEND)
     casino.clock.advance(20)
     chat = ChatService(casino.store, casino.clock, casino.game)
-    if request_kind == "read the table":
-        casino.game.table("T1")
-    elif request_kind == "read the chat":
-        chat.recent("T1")
-    else:
+    if request_kind == "post to the chat":
         chat.post("T1", "bob", "still here?", FRONTEND)
+    elif request_kind == "sit down":
+        casino.game.sit("T1", "carol", 3, FRONTEND)
+    else:
+        casino.game.close_window("T1", "T1-1")
     # Bob never acted: he is excluded and Alice's coup is dealt, with no worker involved.
     assert casino.available("alice") == 10_000 + 950
     assert casino.game.live_state("T1").round_number == 2

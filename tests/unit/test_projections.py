@@ -43,7 +43,7 @@ def _recorded(event: WalletEvent, version: int) -> RecordedEvent:
 
 
 def _random_wallet_events(rng: random.Random, count: int) -> list[WalletEvent]:
-    events: list[WalletEvent] = [Deposited(100_000, "float")]
+    events: list[WalletEvent] = [Deposited(100_000, "float", None)]
     open_bets: list[tuple[str, Spot, int]] = []
     for n in range(count):
         roll = rng.random()
@@ -89,7 +89,7 @@ def test_wallet_projection_moves_balances_exactly_as_the_wallet_aggregate() -> N
 
 def test_wallet_projection_counts_credits_and_debits_for_money_conservation() -> None:
     events: list[WalletEvent] = [
-        Deposited(1_000, "float"),
+        Deposited(1_000, "float", None),
         Corrected(-300, "fix"),
         Corrected(200, "goodwill"),
         Withdrawn(400, "cash out"),

@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 
 from domain.outcome import Spot
-from domain.payloads import to_payload
+from domain.payloads import schema_version_of, to_payload
 from domain.round import (
     BetSettled,
     Phase,
@@ -65,7 +65,11 @@ METADATA = EventMetadata(actor="dealer", role="system")
 
 
 def _new(event: Any) -> NewEvent:
-    return NewEvent(type=event.type, payload=to_payload(event))  # type: ignore[arg-type]
+    return NewEvent(
+        type=event.type,
+        payload=to_payload(event),  # type: ignore[arg-type]
+        schema_version=schema_version_of(event),
+    )
 
 
 @dataclass
@@ -164,7 +168,8 @@ class Simulation:
         self._append(self._decide(CreateTable(self.table_id)), {})
         for number, player in enumerate(self.players, start=1):
             self._append(
-                self._decide(SitDown(player, number)), {player: [Deposited(1_000_000, "float")]}
+                self._decide(SitDown(player, number)),
+                {player: [Deposited(1_000_000, "float", None)]},
             )
         coups = 0
         for nonce in range(1, shoes + 1):

@@ -5,8 +5,9 @@ of cards, payouts and money read the newest shape of each event; when the server
 new `schema_version` for an event type, docs/verification.md records the change and a step is
 added to UPCASTERS here, written from that description (never imported from the server).
 
-Today every event type the verifier reads is at schema_version 1 and there are no steps. An
-event with a schema_version newer than LATEST knows is reported, not guessed at.
+One event type has changed so far: wallet `Deposited`, whose v2 added `reference` (the
+payment's reference, null when there was none). An event with a schema_version newer than
+LATEST knows is reported, not guessed at.
 """
 
 from __future__ import annotations
@@ -17,10 +18,18 @@ from typing import Any, TypeAlias
 Payload: TypeAlias = Mapping[str, Any]
 Step: TypeAlias = Callable[[Payload], Payload]
 
-UPCASTERS: dict[tuple[str, str, int], Step] = {}
+
+def _deposited_v1_to_v2(payload: Payload) -> Payload:
+    # docs/verification.md, Upcasters: a v1 deposit had no reference.
+    return {**payload, "reference": None}
+
+
+UPCASTERS: dict[tuple[str, str, int], Step] = {
+    ("wallet", "Deposited", 1): _deposited_v1_to_v2,
+}
 """(category, type, from_version) -> the step lifting that payload to from_version + 1."""
 
-LATEST: dict[tuple[str, str], int] = {}
+LATEST: dict[tuple[str, str], int] = {("wallet", "Deposited"): 2}
 """(category, type) -> the newest schema_version this verifier reads; 1 when absent."""
 
 

@@ -25,11 +25,12 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from domain.round import Phase, Round
-from domain.table import MalfunctionScope, Table, TableCreated, evolve
+from domain.table import MalfunctionScope, Table
 from events.store import EventStore
 from service.application.actor import Actor
+from service.application.errors import TableNotFound
+from service.application.game.open_rounds import InMemoryOpenRounds, OpenRounds
 from service.application.malfunctions import MalfunctionService, Scope
-from service.application.streams import TABLE, from_recorded, id_of, table_stream
 
 if TYPE_CHECKING:
     # Only for types: tables imports this module's sibling helpers, so importing it would cycle.
@@ -68,12 +69,22 @@ def is_interrupted(current: Round | None, now: datetime) -> bool:
 
 
 def recover(
-    store: EventStore, games: GameService, clock: Callable[[], datetime]
+    store: EventStore,
+    games: GameService,
+    clock: Callable[[], datetime],
+    open_rounds: OpenRounds | None = None,
 ) -> list[RecoveredRound]:
-    """Find every interrupted round in the log and complete it, or void it if it cannot be."""
+    """Find every interrupted round and complete it, or void it if it cannot be.
+
+    Only the rounds that the index of open rounds names as past their window are looked at,
+    so a sweep costs the same over one table or a thousand idle ones; each is confirmed by
+    loading its table before anything is appended. Without an index (the in-memory wiring),
+    one is folded from the log.
+    """
+    index = open_rounds if open_rounds is not None else InMemoryOpenRounds(store)
     recovered: list[RecoveredRound] = []
-    for table_id in _table_ids(store):
-        outcome = recover_table(store, games, clock, table_id)
+    for candidate in index.due(clock()):
+        outcome = recover_table(store, games, clock, candidate.table_id)
         if outcome is not None:
             recovered.append(outcome)
     return recovered
@@ -83,7 +94,7 @@ def recover_table(
     store: EventStore, games: GameService, clock: Callable[[], datetime], table_id: str
 ) -> RecoveredRound | None:
     """Complete or void the table's interrupted round; None if it has none."""
-    table = _table(store, table_id)
+    table = _table(games, table_id)
     current = table.round if table is not None else None
     if table is None or current is None or not is_interrupted(current, clock()):
         return None
@@ -96,10 +107,10 @@ def recover_table(
         MalfunctionService(store, clock).declare(
             table_id, reason, Scope(MalfunctionScope.CURRENT_ROUND), RECOVERY
         )
-        log.warning("voided interrupted round %s: %s", current.round_id, reason)
+        log.info("voided interrupted round %s: %s", current.round_id, reason)
         return RecoveredRound(table_id, current.round_id, RecoveryAction.VOIDED, reason)
     games.catch_up(table_id, RECOVERY)
-    after = _table(store, table_id)
+    after = _table(games, table_id)
     finished = after is not None and after.round is not None
     if finished and after is not None and after.round is not None:
         # The settling append may already have opened the next round.
@@ -122,27 +133,22 @@ def _lost_shoe(store: EventStore, table: Table, current: Round) -> str | None:
     return None
 
 
-def _table_ids(store: EventStore) -> list[str]:
-    table_ids: list[str] = []
-    after = 0
-    while True:
-        page = store.read_all(after, 1000, categories=[TABLE], types=[TableCreated.type])
-        if not page:
-            return table_ids
-        table_ids.extend(id_of(event.stream_id) for event in page)
-        after = page[-1].position
+def _table(games: GameService, table_id: str) -> Table | None:
+    # Through the game's cache: a snapshot and its tail, never the whole stream.
+    try:
+        return games.table(table_id)
+    except TableNotFound:
+        return None
 
 
-def _table(store: EventStore, table_id: str) -> Table | None:
-    table: Table | None = None
-    for stored in store.read_stream(table_stream(table_id)):
-        table = evolve(table, from_recorded(stored))  # type: ignore[arg-type]
-    return table
-
-
-def recover_on_start(store: EventStore, games: GameService, clock: Callable[[], datetime]) -> int:
+def recover_on_start(
+    store: EventStore,
+    games: GameService,
+    clock: Callable[[], datetime],
+    open_rounds: OpenRounds | None = None,
+) -> int:
     """Recover interrupted rounds before serving; the number recovered. For serve and run."""
-    recovered = recover(store, games, clock)
+    recovered = recover(store, games, clock, open_rounds)
     for outcome in recovered:
         log.warning(
             "start-up recovery: round %s at table %s %s (%s)",

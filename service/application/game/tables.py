@@ -53,6 +53,7 @@ from domain.table import (
 from domain.wallet import (
     Wallet,
 )
+from events.snapshots import SnapshotStore
 from events.store import AppendResult, EventStore, StreamAppend
 from service.application.actor import Actor
 from service.application.appends import DEFAULT_ATTEMPTS, Prepared, Receipt, run_command
@@ -107,14 +108,16 @@ class GameService:
         seeds: Callable[[], ServerSeed] = ServerSeed.generate,
         client_seeds: Callable[[], str] = random_client_seed,
         before_deal_append: Callable[[], None] | None = None,
+        snapshots: SnapshotStore | None = None,
     ) -> None:
         self._store = store
         # A test-only hook (service/runtime/failpoints.py): lets an e2e test kill a server mid-deal.
         self._before_deal_append = before_deal_append
         self._clock = clock
         self._scheduler: WindowScheduler = scheduler if scheduler is not None else NoScheduler()
-        self._tables = tables if tables is not None else TableCache()
-        self._wallets = wallets if wallets is not None else WalletCache()
+        # Caches of their own, over `snapshots` if given, unless shared ones are handed in.
+        self._tables = tables if tables is not None else TableCache(snapshots=snapshots)
+        self._wallets = wallets if wallets is not None else WalletCache(snapshots=snapshots)
         self._limits = limits if limits is not None else LimitCache()
         self._shoes = shoes if shoes is not None else ShoeCards()
         self._attempts = attempts
@@ -159,12 +162,18 @@ class GameService:
         return [self.table(table_id) for table_id in table_ids]
 
     def table(self, table_id: str) -> Table:
-        """A table's current state; a lapsed window is closed and dealt first."""
-        return self.catch_up(table_id)[1]
+        """A table's state as the log has it; reading never appends (see `live_state`)."""
+        return self._load(table_id)[1]
 
     def live_state(self, table_id: str) -> LiveState:
-        """What a front end shows of a table now; a lapsed window is closed and dealt first."""
-        return live_state(*self.catch_up(table_id))
+        """What a front end shows of a table now; a lapsed window shows as closing.
+
+        A read never writes: it is safe to retry and to crawl, and takes no append lock. The
+        lapsed window is closed by whichever comes first of the scheduled job, the table's
+        next command and the projector's sweeper (service/application/game/sweeper.py).
+        """
+        version, table = self._load(table_id)
+        return live_state(version, table, closing=self._overdue(table, self._clock()))
 
     def catch_up(self, table_id: str, actor: Actor = SYSTEM) -> tuple[int, Table]:
         """Enforce a lapsed betting window (exclude, then deal); the table as it then stands.

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from domain.round import CardDrawn
+from domain.round import CardDrawn, Phase
 from domain.table import Table
 
 
@@ -65,13 +65,18 @@ class LiveState:
 
 IDLE = "idle"
 """The phase of a table with no round, or whose last round is over and no next one opened."""
+CLOSING = "closing"
+"""The phase of a round whose betting window has lapsed (or everyone acted) but which the table
+has not yet closed and dealt: no bet is taken, and the deal follows within moments."""
 
 
-def live_state(version: int, table: Table) -> LiveState:
-    """The table at `version` as a front end sees it."""
+def live_state(version: int, table: Table, *, closing: bool = False) -> LiveState:
+    """The table at `version` as a front end sees it; `closing` if its window is overdue."""
     current = table.round
     settings = table.settings
     phase = IDLE if current is None or current.is_over else str(current.phase)
+    if closing and current is not None and current.phase is Phase.BETTING:
+        phase = CLOSING
     seats: list[SeatView] = []
     for number, seat in enumerate(table.seats, start=1):
         participant = (

@@ -154,7 +154,17 @@ class LiveStateSchema(ma.Schema):
     phase = ma.fields.String(
         required=True,
         metadata={
-            "enum": ["idle", "betting", "dealing", "settling", "settled", "ended_without_play"]
+            "enum": [
+                "idle",
+                "betting",
+                "closing",
+                "dealing",
+                "settling",
+                "settled",
+                "ended_without_play",
+            ],
+            "description": "`closing`: the betting window has lapsed and the deal follows"
+            " within moments; no bet is taken. Reading the state never closes it.",
         },
     )
     round_id = ma.fields.String(allow_none=True, required=True)

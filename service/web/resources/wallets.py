@@ -39,6 +39,20 @@ class MovementSchema(ma.Schema):
     reason = reason_field("Why the money moves, for the statement and the audit log.")
 
 
+class DepositSchema(MovementSchema):
+    """A deposit by ops: a positive amount, why, and the payment's reference if it has one."""
+
+    reference = ma.fields.String(
+        load_default=None,
+        allow_none=True,
+        validate=ma.validate.Length(min=1, max=128),
+        metadata={
+            "description": "The payment's reference at the cashier or payment provider, "
+            "recorded with the deposit (1 to 128 characters)."
+        },
+    )
+
+
 def _not_zero(amount: int) -> None:
     if amount == 0:
         raise ma.ValidationError("A correction changes the balance: it is not 0.")
@@ -191,11 +205,16 @@ class Deposits(MethodView):
     """Money paid into a wallet."""
 
     @roles(Role.OPS)
-    @blp.arguments(MovementSchema)
+    @blp.arguments(DepositSchema)
     @blp.response(201, MovementResultSchema)
     def post(self, movement: dict[str, Any], player_id: str) -> dict[str, Any]:
-        """Pay money into a wallet, saying why."""
-        return _moved(player_id, movement, container().wallets.deposit)
+        """Pay money into a wallet, saying why and, if it has one, the payment's reference."""
+        wallets, reference = container().wallets, movement["reference"]
+
+        def deposit(player_id: str, amount: int, reason: str, actor: Actor) -> Receipt:
+            return wallets.deposit(player_id, amount, reason, actor, reference)
+
+        return _moved(player_id, movement, deposit)
 
 
 @blp.route("/<id:player_id>/withdrawals", parameters=[PLAYER_ID_PARAMETER])

@@ -1,0 +1,116 @@
+"""An append never hangs: behind a held log lock it gives up quickly, appends nothing, and the
+API answers a retryable 503 with Retry-After instead of a 500 or a request that never ends."""
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+
+import psycopg
+import pytest
+
+from events.postgres import Pool, PostgresEventStore, app_conninfo, open_pool
+from events.store import AppendTimedOut, ConcurrencyConflict, EventMetadata, NewEvent, StreamAppend
+from service.web.problems import PROBLEM_MIMETYPE
+from tests.api_harness import Api
+
+ACTOR = EventMetadata(actor="test", role="cli")
+
+
+@contextmanager
+def log_locked(database_url: str) -> Iterator[None]:
+    """Hold the lock every append takes (append_events' LOCK TABLE events IN EXCLUSIVE MODE)."""
+    with psycopg.connect(database_url) as holder:
+        holder.execute("LOCK TABLE events IN EXCLUSIVE MODE")
+        try:
+            yield
+        finally:
+            holder.rollback()
+
+
+def _one_event(stream_id: str = "wallet:alice") -> list[StreamAppend]:
+    return [StreamAppend(stream_id, 0, [NewEvent("Deposited", {"amount": 1, "reason": "r"})])]
+
+
+@pytest.fixture
+def single_pool(fresh_database: str) -> Iterator[Pool]:
+    """One connection, so that a test can see what an append left on it."""
+    pool = open_pool(app_conninfo(fresh_database, environ={}), max_size=1)
+    try:
+        yield pool
+    finally:
+        pool.close()
+
+
+def test_an_append_behind_a_held_lock_gives_up_at_its_lock_timeout(
+    fresh_database: str, single_pool: Pool
+) -> None:
+    store = PostgresEventStore(single_pool, lock_timeout=timedelta(milliseconds=150))
+    with log_locked(fresh_database):
+        started = time.monotonic()
+        with pytest.raises(AppendTimedOut, match="lock"):
+            store.append(_one_event(), ACTOR)
+        waited = time.monotonic() - started
+    assert 0.1 < waited < 2.0
+    assert store.head() == 0
+    store.append(_one_event(), ACTOR)
+    assert store.head() == 1
+
+
+def test_an_append_gives_up_at_its_statement_timeout_and_leaves_the_session_unbounded(
+    fresh_database: str, single_pool: Pool
+) -> None:
+    store = PostgresEventStore(
+        single_pool,
+        lock_timeout=timedelta(seconds=5),
+        statement_timeout=timedelta(milliseconds=150),
+    )
+    with log_locked(fresh_database), pytest.raises(AppendTimedOut, match="statement"):
+        store.append(_one_event(), ACTOR)
+    with single_pool.connection() as conn:
+        # The limits were the append's alone: the pooled session is back to the defaults.
+        settings = (
+            conn.execute("SHOW statement_timeout").fetchone(),
+            conn.execute("SHOW lock_timeout").fetchone(),
+        )
+    assert settings == (("0",), ("0",))
+    assert store.head() == 0
+
+
+def test_a_bet_behind_a_held_log_lock_is_a_503_with_retry_after_and_nothing_appended(
+    fresh_database: str, app_pool: Pool
+) -> None:
+    api = Api(PostgresEventStore(app_pool, lock_timeout=timedelta(milliseconds=200)))
+    api.create_table("T1")
+    api.fund("alice")
+    api.sit("T1", "alice", 1)
+    head = api.store.head()
+    bet = {"player_id": "alice", "spot": "player", "stake_pence": 500}
+    headers = {"Idempotency-Key": "bet-1"}
+    with log_locked(fresh_database):
+        response = api.call("POST", "/v1/tables/T1/bets", bet, headers=headers)
+    assert response.status_code == 503
+    assert response.mimetype == PROBLEM_MIMETYPE
+    assert response.headers["Retry-After"] == "1"
+    problem = response.get_json()
+    assert problem["type"].endswith("/log-busy")
+    assert problem["status"] == 503
+    assert api.store.head() == head
+    # Retryable as promised: the same request, same key, goes through once the log is free.
+    again = api.call("POST", "/v1/tables/T1/bets", bet, headers=headers)
+    assert again.status_code == 201, again.get_json()
+    assert api.store.head() > head
+
+
+def test_a_refused_append_leaves_the_session_unbounded_and_the_connection_usable(
+    single_pool: Pool,
+) -> None:
+    store = PostgresEventStore(single_pool, statement_timeout=timedelta(milliseconds=300))
+    store.append(_one_event(), ACTOR)
+    for _ in range(8):  # past psycopg's prepare threshold
+        with pytest.raises(ConcurrencyConflict):
+            store.append(_one_event(), ACTOR)
+    store.append(_one_event("wallet:bob"), ACTOR)
+    with single_pool.connection() as conn:
+        assert conn.execute("SHOW statement_timeout").fetchone() == ("0",)
+    assert store.head() == 2
