@@ -9,6 +9,10 @@ from typing import Self
 DEFAULT_DATA_DIR = Path(".shoebox")
 DEFAULT_API_HOST = "127.0.0.1"
 DEFAULT_API_PORT = 8000
+# Per API key and per server process (docs/operations.md): a front end's steady rate, and the
+# burst it may send above it. Sized for one casino's lobby at peak, far above any one player.
+DEFAULT_RATE_LIMIT_PER_SECOND = 200.0
+DEFAULT_RATE_LIMIT_BURST = 400
 
 
 class SettingsError(ValueError):
@@ -39,6 +43,10 @@ class Settings:
     previous_signing_key: str | None = None
     # Where each checkpoint is also appended as a JSON line, e.g. a regulator's mount.
     checkpoint_file: Path | None = None
+    # Requests a second one API key may sustain in one server process, and the burst above it
+    # (a token bucket: service/web/rate_limits.py). A rate of 0 turns the limit off.
+    rate_limit_per_second: float = DEFAULT_RATE_LIMIT_PER_SECOND
+    rate_limit_burst: int = DEFAULT_RATE_LIMIT_BURST
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> Self:
@@ -59,6 +67,20 @@ class Settings:
                 raise SettingsError(f"{name} must be a TCP port from 1 to 65535, not {value!r}")
             return int(value)
 
+        def number(name: str, default: float, minimum: float) -> float:
+            value = text(name)
+            if value is None:
+                return default
+            try:
+                parsed = float(value)
+            except ValueError:
+                parsed = float("nan")
+            if not parsed >= minimum or parsed == float("inf"):
+                raise SettingsError(
+                    f"{name} must be a finite number of at least {minimum:g}, not {value!r}"
+                )
+            return parsed
+
         return cls(
             database_url=text("DATABASE_URL"),
             redis_url=text("REDIS_URL"),
@@ -73,4 +95,8 @@ class Settings:
             previous_signing_key_file=path("SHOEBOX_PREVIOUS_SIGNING_KEY_FILE"),
             previous_signing_key=text("SHOEBOX_PREVIOUS_SIGNING_KEY"),
             checkpoint_file=path("SHOEBOX_CHECKPOINT_FILE"),
+            rate_limit_per_second=number(
+                "SHOEBOX_RATE_LIMIT_PER_SECOND", DEFAULT_RATE_LIMIT_PER_SECOND, 0
+            ),
+            rate_limit_burst=int(number("SHOEBOX_RATE_LIMIT_BURST", DEFAULT_RATE_LIMIT_BURST, 1)),
         )

@@ -19,7 +19,7 @@ from service.application.read_models.queries import ProjectionService
 from service.runtime.container import wire
 from service.runtime.scheduler import RqWindowScheduler
 from service.runtime.settings import Settings, SettingsError
-from service.web import idempotency, operators
+from service.web import idempotency, operators, rate_limits
 from service.web.api import API_PREFIX, EXTENSION, ShoeboxApi, register_blueprints
 from service.web.auth import authenticate_request, check_roles_declared
 from service.web.fields import IdConverter, check_path_ids, id_parameter_schema
@@ -120,11 +120,14 @@ def create_app(
     register_problem_handlers(app)
     register_blueprints(api)
     check_roles_declared(app)
+    rate_limits.install(app, settings.rate_limit_per_second, settings.rate_limit_burst)
 
     # Before the view, in this order; a hook that raises a Problem ends the request.
     app.before_request(_assign_request_id)
     app.before_request(_check_request_head)
     app.before_request(authenticate_request)
+    # Right after the key is known, so that a flood costs no more than a dict lookup.
+    app.before_request(rate_limits.limit_request_rate)
     app.before_request(check_path_ids)
     app.before_request(_check_body)
     app.before_request(idempotency.begin_request)

@@ -55,6 +55,7 @@ PROBLEM_TITLES: Final[Mapping[str, str]] = {
     "headers-too-large": "The request's headers are too large",
     "unsupported-media-type": "The request body must be application/json",
     "validation-failed": "The request did not validate",
+    "too-many-requests": "Too many requests from this API key",
     "internal-error": "Internal server error",
     "service-unavailable": "The service is unavailable",
 }
@@ -70,6 +71,7 @@ _SLUG_BY_STATUS: Final[Mapping[int, str]] = {
     414: "request-line-too-long",
     415: "unsupported-media-type",
     422: "validation-failed",
+    429: "too-many-requests",
     431: "headers-too-large",
     500: "internal-error",
     503: "service-unavailable",
