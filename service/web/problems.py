@@ -203,6 +203,12 @@ class ProblemSchema(ma.Schema):
     rule = ma.fields.String(
         metadata={"description": "The game rule refused, e.g. bet.below_table_minimum"}
     )
+    next_change_at = ma.fields.DateTime(
+        metadata={
+            "description": "With rule player_limit.changed_this_week: when the player's"
+            " limit may next be changed."
+        }
+    )
 
 
 def domain_status(rule: str) -> int:
