@@ -35,6 +35,9 @@ MAX_REQUEST_LINE_BYTES: Final = 4094
 MAX_HEADER_FIELD_BYTES: Final = 8190
 MAX_HEADER_FIELDS: Final = 100
 DEFAULT_POOL_SIZE: Final = 8
+# How long a request waits for a database connection before it is a 503: short enough that
+# no request hangs while PostgreSQL is away, long enough to ride out a burst.
+POOL_WAIT_SECONDS: Final = 5.0
 REQUEST_ID_HEADER: Final = "X-Request-Id"
 BEARER_SCHEME: Final = "bearerAuth"
 # A caller's request id is echoed in a header and recorded in the log, so it is held to
@@ -148,7 +151,7 @@ def _open_pool(settings: Settings, pool_size: int) -> Pool:
             " PostgreSQL when it is unset"
         )
     conninfo = settings.app_database_url or app_conninfo(settings.database_url, environ={})
-    return open_pool(conninfo, max_size=pool_size)
+    return open_pool(conninfo, max_size=pool_size, timeout=POOL_WAIT_SECONDS)
 
 
 def _assign_request_id() -> None:

@@ -26,7 +26,9 @@ from dataclasses import dataclass
 from typing import Final
 
 import marshmallow as ma
+import psycopg
 from flask import Flask, Response, g, json
+from psycopg_pool import PoolTimeout
 from werkzeug.exceptions import HTTPException
 
 from domain.errors import DomainError
@@ -331,9 +333,43 @@ def register_problem_handlers(app: Flask) -> None:
     def _reused(error: IdempotencyKeyReused) -> Response:
         return idempotency_key_reused().response()
 
+    @app.errorhandler(psycopg.OperationalError)
+    @app.errorhandler(psycopg.errors.ReadOnlySqlTransaction)
+    @app.errorhandler(PoolTimeout)
+    def _database_unavailable(error: Exception) -> Response:
+        return database_unavailable(error).response()
+
     @app.errorhandler(Exception)
     def _unexpected(error: Exception) -> Response:
         return _internal_problem(error).response()
+
+
+# Seconds a client is told to wait when the database is away: about a reconnect attempt.
+DATABASE_RETRY_AFTER_SECONDS: Final = 2
+
+
+def database_unavailable(error: Exception) -> Problem:
+    """The answer when PostgreSQL is unreachable, out of disk, or read-only: retry later.
+
+    The append is one statement, so a failed one applied nothing; a connection lost after
+    the commit leaves it applied, and a retry with the same Idempotency-Key gets its answer.
+    """
+    request_id = g.get("request_id", "-") if g else "-"
+    sqlstate = getattr(error, "sqlstate", None)
+    _logger.warning(
+        "request %s: database unavailable (%s, SQLSTATE %s): %s",
+        request_id,
+        type(error).__name__,
+        sqlstate,
+        str(error).strip().splitlines()[0] if str(error).strip() else "",
+    )
+    return Problem(
+        503,
+        "service-unavailable",
+        "The database is unavailable or refusing writes; nothing was applied by this attempt."
+        " Retry after the Retry-After seconds, with the same Idempotency-Key.",
+        headers={"Retry-After": str(DATABASE_RETRY_AFTER_SECONDS)},
+    )
 
 
 def idempotency_key_reused() -> Problem:
