@@ -148,7 +148,7 @@ def shoebox(database_url: str, redis_url: str) -> Iterator[str]:
                     break
             except urllib.error.HTTPError:
                 break  # a 401: it is up, and has migrated
-            except (ConnectionError, urllib.error.URLError):
+            except (ConnectionError, TimeoutError, urllib.error.URLError):
                 assert time.monotonic() < deadline, "shoebox serve did not start listening"
                 time.sleep(0.1)
         worker = start(["worker"], environment)

@@ -81,7 +81,7 @@ def serving(
                 urllib.request.urlopen(f"{base}/v1/ping", timeout=2)
             except urllib.error.HTTPError:
                 break  # 401: it answers
-            except (ConnectionError, urllib.error.URLError):
+            except (ConnectionError, TimeoutError, urllib.error.URLError):
                 assert time.monotonic() < deadline, "shoebox serve did not start listening"
                 time.sleep(0.1)
         yield base, process

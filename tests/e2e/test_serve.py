@@ -61,7 +61,7 @@ def server(database_url: str) -> Iterator[str]:
             try:
                 get(f"{base}/v1/ping")
                 break
-            except (ConnectionError, urllib.error.URLError):
+            except (ConnectionError, TimeoutError, urllib.error.URLError):
                 assert time.monotonic() < deadline, "shoebox serve did not start listening"
                 time.sleep(0.1)
         yield base
