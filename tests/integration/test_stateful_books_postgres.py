@@ -1,8 +1,8 @@
 """The stateful play of tests/stateful.py over PostgreSQL: fewer, shorter sequences."""
 
 import os
-from collections.abc import Callable
 import secrets
+from collections.abc import Callable
 
 import pytest
 from hypothesis import HealthCheck, settings
