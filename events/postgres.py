@@ -150,10 +150,21 @@ def _configure(conn: Connection[TupleRow]) -> None:
     conn.commit()
 
 
-def open_pool(conninfo: str, *, min_size: int = 1, max_size: int = 8) -> Pool:
-    """An open pool whose sessions read timestamps in UTC."""
+def open_pool(
+    conninfo: str, *, min_size: int = 1, max_size: int = 8, timeout: float = 30.0
+) -> Pool:
+    """An open pool whose sessions read timestamps in UTC; a checkout waits at most `timeout` s.
+
+    A connection lost (a restarted server) is discarded when it is returned, and the pool
+    reconnects in the background with exponential backoff (psycopg_pool's own).
+    """
     return ConnectionPool(
-        conninfo, min_size=min_size, max_size=max_size, configure=_configure, open=True
+        conninfo,
+        min_size=min_size,
+        max_size=max_size,
+        configure=_configure,
+        open=True,
+        timeout=timeout,
     )
 
 

@@ -15,6 +15,10 @@ MULTIPROC_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
 """Where every process of one host keeps its metrics; set before prometheus_client is imported."""
 METRICS_ACCESS = ("open", "key", "off")
 """Who may read GET /metrics on the API's address: anyone, an ops or regulator key, nobody."""
+# Per API key and per server process (docs/operations.md): a front end's steady rate, and the
+# burst it may send above it. Sized for one casino's lobby at peak, far above any one player.
+DEFAULT_RATE_LIMIT_PER_SECOND = 200.0
+DEFAULT_RATE_LIMIT_BURST = 400
 
 
 class SettingsError(ValueError):
@@ -52,6 +56,10 @@ class Settings:
     # Also serve the metrics on this port of metrics_host, from gunicorn's master process.
     metrics_port: int | None = None
     metrics_host: str = DEFAULT_API_HOST
+    # Requests a second one API key may sustain in one server process, and the burst above it
+    # (a token bucket: service/web/rate_limits.py). A rate of 0 turns the limit off.
+    rate_limit_per_second: float = DEFAULT_RATE_LIMIT_PER_SECOND
+    rate_limit_burst: int = DEFAULT_RATE_LIMIT_BURST
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> Self:
@@ -90,6 +98,21 @@ class Settings:
                 f"SHOEBOX_METRICS_ACCESS must be one of {', '.join(METRICS_ACCESS)},"
                 f" not {metrics_access!r}"
             )
+
+        def number(name: str, default: float, minimum: float) -> float:
+            value = text(name)
+            if value is None:
+                return default
+            try:
+                parsed = float(value)
+            except ValueError:
+                parsed = float("nan")
+            if not parsed >= minimum or parsed == float("inf"):
+                raise SettingsError(
+                    f"{name} must be a finite number of at least {minimum:g}, not {value!r}"
+                )
+            return parsed
+
         return cls(
             database_url=text("DATABASE_URL"),
             redis_url=text("REDIS_URL"),
@@ -108,4 +131,8 @@ class Settings:
             metrics_access=metrics_access,
             metrics_port=port("SHOEBOX_METRICS_PORT"),
             metrics_host=text("SHOEBOX_METRICS_HOST") or DEFAULT_API_HOST,
+            rate_limit_per_second=number(
+                "SHOEBOX_RATE_LIMIT_PER_SECOND", DEFAULT_RATE_LIMIT_PER_SECOND, 0
+            ),
+            rate_limit_burst=int(number("SHOEBOX_RATE_LIMIT_BURST", DEFAULT_RATE_LIMIT_BURST, 1)),
         )

@@ -20,7 +20,7 @@ from service.application.upcasters import upcasters
 from service.runtime.container import wire
 from service.runtime.scheduler import RqWindowScheduler
 from service.runtime.settings import Settings, SettingsError
-from service.web import idempotency, operators
+from service.web import idempotency, operators, rate_limits
 from service.web.api import API_PREFIX, EXTENSION, ShoeboxApi, register_blueprints
 from service.web.auth import authenticate_request, check_roles_declared
 from service.web.fields import IdConverter, check_path_ids, id_parameter_schema
@@ -37,6 +37,9 @@ MAX_REQUEST_LINE_BYTES: Final = 4094
 MAX_HEADER_FIELD_BYTES: Final = 8190
 MAX_HEADER_FIELDS: Final = 100
 DEFAULT_POOL_SIZE: Final = 8
+# How long a request waits for a database connection before it is a 503: short enough that
+# no request hangs while PostgreSQL is away, long enough to ride out a burst.
+POOL_WAIT_SECONDS: Final = 5.0
 REQUEST_ID_HEADER: Final = "X-Request-Id"
 BEARER_SCHEME: Final = "bearerAuth"
 # A caller's request id is echoed in a header and recorded in the log, so it is held to
@@ -123,11 +126,14 @@ def create_app(
     register_blueprints(api)
     register_operations(app)
     check_roles_declared(app)
+    rate_limits.install(app, settings.rate_limit_per_second, settings.rate_limit_burst)
 
     # Before the view, in this order; a hook that raises a Problem ends the request.
     app.before_request(_assign_request_id)
     app.before_request(_check_request_head)
     app.before_request(authenticate_request)
+    # Right after the key is known, so that a flood costs no more than a dict lookup.
+    app.before_request(rate_limits.limit_request_rate)
     app.before_request(check_path_ids)
     app.before_request(_check_body)
     app.before_request(idempotency.begin_request)
@@ -148,7 +154,7 @@ def _open_pool(settings: Settings, pool_size: int) -> Pool:
             " PostgreSQL when it is unset"
         )
     conninfo = settings.app_database_url or app_conninfo(settings.database_url, environ={})
-    return open_pool(conninfo, max_size=pool_size)
+    return open_pool(conninfo, max_size=pool_size, timeout=POOL_WAIT_SECONDS)
 
 
 def _assign_request_id() -> None:

@@ -61,6 +61,10 @@ def roles(*allowed: Role) -> Callable[[ViewFunction], ViewFunction]:
         responses["401"] = "UNAUTHORIZED"
         if admitted != ALL_ROLES:
             responses["403"] = "FORBIDDEN"
+        # Any operation: a key over its rate limit (service/web/rate_limits.py), and the
+        # database unreachable or refusing writes; both carry Retry-After.
+        responses["429"] = "TOO_MANY_REQUESTS"
+        responses["503"] = "SERVICE_UNAVAILABLE"
         setattr(view, "_apidoc", apidoc)  # noqa: B010 - flask-smorest's private attribute name
         return view
 

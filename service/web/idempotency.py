@@ -113,6 +113,10 @@ def finish_request(response: Response) -> Response:
     idempotency = g.get("idempotency")
     if not isinstance(idempotency, Idempotency) or g.get("idempotency_replayed"):
         return response
+    if response.status_code == 503:
+        # The database is away: there is nothing to look up, and the key stays free for the
+        # retry (if the append did commit, the retry finds its record and answers from the log).
+        return response
     store = container().store
     if response.status_code >= 400:
         record = store.idempotency_record(idempotency.key)

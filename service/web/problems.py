@@ -29,7 +29,9 @@ from dataclasses import dataclass
 from typing import Final
 
 import marshmallow as ma
+import psycopg
 from flask import Flask, Response, g, json
+from psycopg_pool import PoolTimeout
 from werkzeug.exceptions import HTTPException
 
 from domain.errors import DomainError
@@ -58,6 +60,7 @@ PROBLEM_TITLES: Final[Mapping[str, str]] = {
     "headers-too-large": "The request's headers are too large",
     "unsupported-media-type": "The request body must be application/json",
     "validation-failed": "The request did not validate",
+    "too-many-requests": "Too many requests from this API key",
     "internal-error": "Internal server error",
     "service-unavailable": "The service is unavailable",
     "log-busy": "The log is too busy to record this now; retry shortly",
@@ -74,6 +77,7 @@ _SLUG_BY_STATUS: Final[Mapping[int, str]] = {
     414: "request-line-too-long",
     415: "unsupported-media-type",
     422: "validation-failed",
+    429: "too-many-requests",
     431: "headers-too-large",
     500: "internal-error",
     503: "service-unavailable",
@@ -210,6 +214,12 @@ class ProblemSchema(ma.Schema):
     rule = ma.fields.String(
         metadata={"description": "The game rule refused, e.g. bet.below_table_minimum"}
     )
+    next_change_at = ma.fields.DateTime(
+        metadata={
+            "description": "With rule player_limit.changed_this_week: when the player's"
+            " limit may next be changed."
+        }
+    )
 
 
 def domain_status(rule: str) -> int:
@@ -337,6 +347,12 @@ def register_problem_handlers(app: Flask) -> None:
     def _reused(error: IdempotencyKeyReused) -> Response:
         return idempotency_key_reused().response()
 
+    @app.errorhandler(psycopg.OperationalError)
+    @app.errorhandler(psycopg.errors.ReadOnlySqlTransaction)
+    @app.errorhandler(PoolTimeout)
+    def _database_unavailable(error: Exception) -> Response:
+        return database_unavailable(error).response()
+
     @app.errorhandler(Exception)
     def _unexpected(error: Exception) -> Response:
         return _internal_problem(error).response()
@@ -354,6 +370,34 @@ def log_busy() -> Problem:
         "The log could not take this write in time and nothing was recorded; send the same"
         " request again (with the same Idempotency-Key, if it had one).",
         headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+    )
+
+
+# Seconds a client is told to wait when the database is away: about a reconnect attempt.
+DATABASE_RETRY_AFTER_SECONDS: Final = 2
+
+
+def database_unavailable(error: Exception) -> Problem:
+    """The answer when PostgreSQL is unreachable, out of disk, or read-only: retry later.
+
+    The append is one statement, so a failed one applied nothing; a connection lost after
+    the commit leaves it applied, and a retry with the same Idempotency-Key gets its answer.
+    """
+    request_id = g.get("request_id", "-") if g else "-"
+    sqlstate = getattr(error, "sqlstate", None)
+    _logger.warning(
+        "request %s: database unavailable (%s, SQLSTATE %s): %s",
+        request_id,
+        type(error).__name__,
+        sqlstate,
+        str(error).strip().splitlines()[0] if str(error).strip() else "",
+    )
+    return Problem(
+        503,
+        "service-unavailable",
+        "The database is unavailable or refusing writes; nothing was applied by this attempt."
+        " Retry after the Retry-After seconds, with the same Idempotency-Key.",
+        headers={"Retry-After": str(DATABASE_RETRY_AFTER_SECONDS)},
     )
 
 

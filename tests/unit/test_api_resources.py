@@ -182,6 +182,10 @@ def test_a_bet_over_the_players_own_limit_is_refused_and_the_limit_changes_once_
     assert (status, problem["rule"]) == (409, "player_limit.changed_this_week")
     assert problem["next_change_at"] == "2024-05-10T00:00:00+00:00"
     assert "2024-05-10T00:00:00+00:00" in problem["detail"]
+    # The document's Problem admits no other members: this one must be among them (found by
+    # schemathesis, tests/integration/test_schemathesis.py).
+    spec = api.ok("GET", "/v1/openapi.json")
+    assert set(problem) <= set(spec["components"]["schemas"]["Problem"]["properties"])
     api.clock.now = T0 + timedelta(days=6, hours=4)
     assert api.ok("PUT", "/v1/players/alice/limit", {"limit_pence": None})["limit_pence"] is None
 
