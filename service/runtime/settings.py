@@ -52,6 +52,9 @@ class Settings:
     # Also serve the metrics on this port of metrics_host, from gunicorn's master process.
     metrics_port: int | None = None
     metrics_host: str = DEFAULT_API_HOST
+    # Demo mode (SHOEBOX_DEMO=1, set by `shoebox run`): serve the /play reference table page,
+    # which plays with the demo keys on the browser's behalf (docs/operations.md, "Demo mode").
+    demo: bool = False
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> Self:
@@ -108,4 +111,14 @@ class Settings:
             metrics_access=metrics_access,
             metrics_port=port("SHOEBOX_METRICS_PORT"),
             metrics_host=text("SHOEBOX_METRICS_HOST") or DEFAULT_API_HOST,
+            demo=_flag(environ, "SHOEBOX_DEMO"),
         )
+
+
+def _flag(environ: Mapping[str, str], name: str) -> bool:
+    value = (environ.get(name) or "").strip().lower()
+    if value in ("", "0", "false", "no", "off"):
+        return False
+    if value in ("1", "true", "yes", "on"):
+        return True
+    raise SettingsError(f"{name} must be 1 or 0 (or true/false), not {value!r}")
