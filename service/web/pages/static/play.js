@@ -66,7 +66,7 @@ async function refreshMe() {
 let meTimers = [];
 function refreshMeSoon() {
   for (const timer of meTimers) clearTimeout(timer);
-  meTimers = [0, 400, 1200, 2500].map((delay) => setTimeout(refreshMe, delay));
+  meTimers = [0, 400, 1200, 2500, 5000, 8000].map((delay) => setTimeout(refreshMe, delay));
 }
 
 // Seats, bets on the layout, phase and countdown: from the table's state.
@@ -276,7 +276,11 @@ function follow() {
     view.deadline = event.window_closes_at ?? event.payload.deadline;
     refreshState();
   });
-  for (const type of ["PlayerSat", "PlayerLeft", "PlayerRemoved", "DealPressed", "PlayerPassed", "PlayerExcluded", "TableSuspended", "TableReopened"]) {
+  on("PlayerSat", (event) => {
+    refreshState();
+    if (event.payload.player_id === me) refreshMeSoon();
+  });
+  for (const type of ["PlayerLeft", "PlayerRemoved", "DealPressed", "PlayerPassed", "PlayerExcluded", "TableSuspended", "TableReopened"]) {
     on(type, () => refreshState());
   }
   for (const type of ["BetPlaced", "StakeReturned"]) {
