@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test run lint typecheck pytest bench clean
+.PHONY: test run lint typecheck pytest bench clean chromium
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,13 +25,19 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-pytest: $(STAMP)
+# The pages' browser tests drive Debian's chromium (Playwright's own download is not reachable
+# everywhere); installed here when missing. CI runs as root on Debian; elsewhere, run as root once.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || (apt-get update && apt-get install -y chromium)
+
+pytest: $(STAMP) chromium
 	$(BIN)/pytest
 
 test: lint typecheck pytest
 
 # PostgreSQL and Redis from the environment, or embedded ones; then the API and the worker.
-run: $(STAMP)
+# `shoebox run` turns demo mode on: /play and /dashboard are served beside /v1.
+run: $(STAMP) chromium
 	$(BIN)/shoebox run
 
 # Benchmarks print medians beside a baseline measured in the same run; see docs/benchmarks.md.

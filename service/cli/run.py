@@ -14,8 +14,6 @@ then the databases.
 from __future__ import annotations
 
 import contextlib
-import getpass
-import json
 import os
 import signal
 import subprocess
@@ -24,7 +22,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -34,10 +32,9 @@ import click
 
 from events.migrations import apply_migrations
 from service.embedded import database_url, redis_url
+from service.runtime.demo import DEMO_KEYS_FILE, DemoKey, ensure_demo_keys
 from service.runtime.settings import MULTIPROC_VARIABLE, Settings
 
-DEMO_KEYS_FILE: Final = "demo-keys.json"
-DEMO_KEY_PREFIX: Final = "demo-"
 READY_TIMEOUT_SECONDS: Final = 60.0
 # Gunicorn waits up to 10 s for requests in flight; an rq job is a few milliseconds.
 STOP_TIMEOUT_SECONDS: Final = 20.0
@@ -50,15 +47,6 @@ class _Stop(Exception):  # noqa: N818 -- a request, not an error
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
-
-
-@dataclass(frozen=True, slots=True)
-class DemoKey:
-    """A demo API key: its id, role and secret."""
-
-    key_id: str
-    role: str
-    secret: str
 
 
 @click.command("run")
@@ -93,6 +81,8 @@ def run(workers: int | None, threads: int | None, demo_keys: bool) -> None:
                 click.echo(f"applied {len(applied)} migration(s)", err=True)
             keys = ensure_demo_keys(db_url, settings.data_dir) if demo_keys else []
             environment = {**os.environ, "DATABASE_URL": db_url, "REDIS_URL": queue_url}
+            # `make run` is the demo: /play is served (docs/operations.md, "Demo mode").
+            environment.setdefault("SHOEBOX_DEMO", "1")
             # One metrics directory for the API's workers, the worker and the projector, so
             # /metrics adds up every process of this host (service/runtime/metrics.py).
             metrics_dir = stack.enter_context(
@@ -214,78 +204,6 @@ def _stop(children: list[_Child]) -> None:
             os.killpg(child.process.pid, signal.SIGKILL)
 
 
-# Demo keys.
-
-
-def ensure_demo_keys(db_url: str, data_dir: Path) -> list[DemoKey]:
-    """A live demo key for each role: reused from the data dir's key file, or created anew.
-
-    Reusing keeps the log from growing three more live keys at every start, and keeps commands
-    copied from an earlier run working; the file is readable by its owner alone, as the data
-    dir's database already is. A key that this database does not know, or has revoked, is
-    replaced.
-    """
-    # Imported here: only `run` with demo keys needs the store and the key ring.
-    from events.postgres import PostgresEventStore, open_pool
-    from events.store import EventMetadata
-    from service.application.keys import Role, create_key, hash_key, list_keys
-    from service.application.upcasters import upcasters
-
-    path = data_dir / DEMO_KEYS_FILE
-    stored = {key.role: key for key in _read_keys(path)}
-    metadata = EventMetadata(actor=f"cli:{getpass.getuser()}", role="cli")
-    keys: list[DemoKey] = []
-    with open_pool(db_url, max_size=1) as pool:
-        store = PostgresEventStore(pool, upcasters=upcasters())
-        live = {key.key_id: key for key in list_keys(store) if not key.revoked}
-        for role in Role:
-            candidate = stored.get(role.value)
-            known = live.get(candidate.key_id) if candidate is not None else None
-            if (
-                candidate is not None
-                and known is not None
-                and known.role is role
-                and known.key_sha256 == hash_key(candidate.secret)
-            ):
-                keys.append(candidate)
-                continue
-            issued = create_key(store, f"{DEMO_KEY_PREFIX}{role.value}", role, metadata)
-            keys.append(DemoKey(issued.key.key_id, role.value, issued.secret))
-    _write_keys(path, keys)
-    return keys
-
-
-def _read_keys(path: Path) -> Iterator[DemoKey]:
-    try:
-        entries = json.loads(path.read_text())
-    except FileNotFoundError:
-        return
-    except (OSError, ValueError) as error:
-        click.echo(f"ignoring {path}: {error}", err=True)
-        return
-    if not isinstance(entries, list):
-        return
-    for entry in entries:
-        if isinstance(entry, dict) and all(
-            isinstance(entry.get(field), str) for field in ("key_id", "role", "secret")
-        ):
-            yield DemoKey(entry["key_id"], entry["role"], entry["secret"])
-
-
-def _write_keys(path: Path, keys: list[DemoKey]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(
-        [{"key_id": k.key_id, "role": k.role, "secret": k.secret} for k in keys], indent=2
-    )
-    # Created 0600 before any secret is written, then moved into place in one step.
-    scratch = path.with_name(path.name + ".new")
-    scratch.unlink(missing_ok=True)
-    descriptor = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(descriptor, "w") as file:
-        file.write(text + "\n")
-    os.replace(scratch, path)
-
-
 def _banner(
     base_url: str, settings: Settings, db_url: str, queue_url: str, keys: list[DemoKey]
 ) -> str:
@@ -296,6 +214,8 @@ def _banner(
         f"  PostgreSQL {_where(db_url, settings.database_url, settings.data_dir / 'postgres')}",
         f"  Redis      {_where(queue_url, settings.redis_url, settings.data_dir / 'redis')}",
         f"  OpenAPI    {api}/openapi.json",
+        f"  Play       {base_url}/play        (the reference table page, demo mode)",
+        f"  Dashboard  {base_url}/dashboard   (sign in with the ops or regulator key)",
     ]
     if keys:
         lines += ["", f"Demo API keys (kept in {settings.data_dir / DEMO_KEYS_FILE}, mode 0600):"]

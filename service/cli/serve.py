@@ -212,6 +212,12 @@ def serve(
         if applied:
             click.echo(f"applied {len(applied)} migration(s)", err=True)
         wired = replace(settings, database_url=url)
+        if settings.demo:
+            # Before the workers fork, so that every worker's /play acts with the same keys.
+            from service.runtime.demo import ensure_demo_keys
+
+            ensure_demo_keys(url, settings.data_dir)
+            click.echo(f"demo mode: /play is served on http://{address}/play", err=True)
         _recover_interrupted_rounds(wired)
         # A connection per thread, and one over for the key ring's refresh between requests.
         size = pool_size or (DEFAULT_GEVENT_POOL_SIZE if worker_class == "gevent" else threads + 1)

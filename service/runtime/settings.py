@@ -60,6 +60,9 @@ class Settings:
     # (a token bucket: service/web/rate_limits.py). A rate of 0 turns the limit off.
     rate_limit_per_second: float = DEFAULT_RATE_LIMIT_PER_SECOND
     rate_limit_burst: int = DEFAULT_RATE_LIMIT_BURST
+    # Demo mode (SHOEBOX_DEMO=1, set by `shoebox run`): serve the /play reference table page,
+    # which plays with the demo keys on the browser's behalf (docs/operations.md, "Demo mode").
+    demo: bool = False
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> Self:
@@ -135,4 +138,14 @@ class Settings:
                 "SHOEBOX_RATE_LIMIT_PER_SECOND", DEFAULT_RATE_LIMIT_PER_SECOND, 0
             ),
             rate_limit_burst=int(number("SHOEBOX_RATE_LIMIT_BURST", DEFAULT_RATE_LIMIT_BURST, 1)),
+            demo=_flag(environ, "SHOEBOX_DEMO"),
         )
+
+
+def _flag(environ: Mapping[str, str], name: str) -> bool:
+    value = (environ.get(name) or "").strip().lower()
+    if value in ("", "0", "false", "no", "off"):
+        return False
+    if value in ("1", "true", "yes", "on"):
+        return True
+    raise SettingsError(f"{name} must be 1 or 0 (or true/false), not {value!r}")

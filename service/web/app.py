@@ -144,6 +144,10 @@ def create_app(
     app.after_request(_echo_request_id)
     app.after_request(idempotency.finish_request)
     app.after_request(operators.name_players)
+    # Imported here: the pages import this module's constants, and sit in front of its app.
+    from service.web.pages import mount_pages
+
+    mount_pages(app, settings, clock)
     return app
 
 

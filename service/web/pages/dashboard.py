@@ -1,0 +1,271 @@
+"""/dashboard: the ops view, signed in with an ops or regulator key that stays on the server.
+
+The key is checked with the key ring at sign-in and at every call (a revoked key ends the
+session), kept in the server-side session, and never sent back: the page's calls go to the
+backend below, which forwards them to /v1 with the session's key. It reads only the read
+models and the feed; a regulator's session reads the same and changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from functools import wraps
+from typing import Any, Final, TypeVar, cast
+
+from flask import Blueprint, Response, g, make_response, redirect, render_template, request
+from werkzeug.wrappers import Response as BaseResponse
+
+from domain.ids import is_id
+from service.application.keys import Role
+from service.runtime.web_sessions import OPS, WebSession
+from service.web.pages import pages
+from service.web.pages.gateway import ApiAnswer
+from service.web.pages.sessions import (
+    check_csrf,
+    check_csrf_field,
+    check_form_token,
+    clear_session_cookie,
+    issue_form_token,
+    session_id,
+    set_session_cookie,
+)
+from service.web.problems import FieldError, Problem
+
+blp = Blueprint("dashboard", __name__, url_prefix="/dashboard")
+
+SIGNIFICANT_WINDOW: Final = timedelta(days=1)
+SIGNIFICANT_SHOWN: Final = 15
+RATE_WINDOW: Final = timedelta(minutes=1)
+_OVERSIGHT: Final = frozenset({Role.OPS, Role.REGULATOR})
+
+View = TypeVar("View", bound=Callable[..., Any])
+
+
+def _session() -> WebSession | None:
+    found = pages().sessions.find(session_id(OPS))
+    if found is None or found.kind != OPS or found.api_key is None:
+        return None
+    # The key ring decides at every call, so that a revocation ends the session too.
+    key = pages().keys.authenticate(found.api_key)
+    if key is None or key.role not in _OVERSIGHT:
+        pages().sessions.end(session_id(OPS))
+        return None
+    return found
+
+
+def _call(method: str, path: str, **options: Any) -> ApiAnswer:
+    key = cast("WebSession", g.ops_session).api_key
+    assert key is not None
+    return pages().api.call(method, path, key, **options)
+
+
+def dashboard_api(view: View) -> View:
+    """A backend call of the dashboard: a signed-in session, and its CSRF token on changes."""
+
+    @wraps(view)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        found = _session()
+        if found is None:
+            raise Problem(401, "unauthenticated", "Sign in at /dashboard first.")
+        check_csrf(found.csrf_token)
+        table_id = kwargs.get("table_id")
+        if table_id is not None and not is_id(table_id):
+            raise Problem(
+                422,
+                "validation-failed",
+                "table_id: not a table id.",
+                errors=[FieldError("table_id", "Not an id.", "path")],
+            )
+        g.ops_session = found
+        return view(*args, **kwargs)
+
+    return cast("View", checked)
+
+
+@blp.get("")
+def dashboard_page() -> Response:
+    """The dashboard, or its sign-in form."""
+    found = _session()
+    if found is None:
+        response = make_response()
+        token = issue_form_token(response)
+        error = request.args.get("error") == "key"
+        response.set_data(render_template("sign_in.html", form_token=token, error=error))
+        return response
+    return make_response(
+        render_template("dashboard.html", role=found.role, csrf_token=found.csrf_token)
+    )
+
+
+@blp.post("/sign-in")
+def sign_in() -> BaseResponse:
+    """Sign in with an ops or regulator key, which the server keeps and never sends back."""
+    check_form_token()
+    secret = request.form.get("key", "").strip()
+    key = pages().keys.authenticate(secret) if secret else None
+    if key is None or key.role not in _OVERSIGHT:
+        return redirect("/dashboard?error=key", code=303)
+    new_id, _ = pages().sessions.start(OPS, key.role.value, api_key=secret)
+    response = redirect("/dashboard", code=303)
+    set_session_cookie(response, OPS, new_id)
+    return response
+
+
+@blp.post("/sign-out")
+def sign_out() -> BaseResponse:
+    """End the session (the form carries the session's CSRF token)."""
+    found = _session()
+    if found is not None:
+        check_csrf_field(found.csrf_token)
+        pages().sessions.end(session_id(OPS))
+    response = redirect("/dashboard", code=303)
+    clear_session_cookie(response, OPS)
+    return response
+
+
+def _rounds_per_minute(table_id: str, now: datetime) -> int:
+    # The newest rounds first (the read model's index on the table's rounds by position).
+    answer = _call("GET", f"/v1/tables/{table_id}/rounds", query={"limit": "100"})
+    if not answer.ok:
+        return 0
+    since = now - RATE_WINDOW
+    count = 0
+    for played in answer.json()["rounds"]:
+        ended = played.get("ended_at")
+        if ended and datetime.fromisoformat(ended) >= since and played["status"] == "settled":
+            count += 1
+    return count
+
+
+def _queue_depth() -> int | None:
+    url = pages().redis_url
+    if not url:
+        return None
+    from redis.exceptions import RedisError
+
+    from service.runtime.scheduler import WINDOW_QUEUE, redis_for_requests
+
+    try:
+        return int(redis_for_requests(url).llen(f"rq:queue:{WINDOW_QUEUE}"))
+    except RedisError:
+        return None
+
+
+@blp.get("/api/overview")
+@dashboard_api
+def overview() -> Response:
+    """Every table with its state, roads and ledger; the read models' lag; the queue; the
+    latest significant events."""
+    now = datetime.now(UTC)
+    listed = _call("GET", "/v1/tables")
+    if not listed.ok:
+        return listed.response()
+    tables: list[dict[str, Any]] = []
+    for settings in listed.json()["tables"]:
+        table_id = settings["table_id"]
+        state = _call("GET", f"/v1/tables/{table_id}/state").json()
+        statistics = _call("GET", f"/v1/tables/{table_id}/statistics").json()
+        ledger = _call("GET", f"/v1/tables/{table_id}/ledger").json()
+        tables.append(
+            {
+                "table_id": table_id,
+                "settings": settings,
+                "state": state,
+                "statistics": statistics,
+                "ledger": _ledger_summary(ledger),
+                "rounds_per_minute": _rounds_per_minute(table_id, now),
+            }
+        )
+    significant = _call(
+        "GET",
+        "/v1/audit/significant-events",
+        query={"from": (now - SIGNIFICANT_WINDOW).isoformat(), "limit": "500"},
+    )
+    events = significant.json()["events"][-SIGNIFICANT_SHOWN:] if significant.ok else []
+    projections = _call("GET", "/v1/ops/projections")
+    return make_response(
+        {
+            "now": now.isoformat(),
+            "role": cast("WebSession", g.ops_session).role,
+            "tables": tables,
+            "projections": projections.json() if projections.ok else None,
+            "queue_depth": _queue_depth(),
+            "significant_events": list(reversed(events)),
+        }
+    )
+
+
+def _ledger_summary(ledger: Any) -> list[dict[str, Any]]:
+    """The ledger's lines added up by spot, with observed RTP beside the exact theory."""
+    by_spot: dict[str, dict[str, Any]] = {}
+    for line in (ledger or {}).get("lines", []):
+        spot = by_spot.setdefault(
+            line["spot"],
+            {
+                "spot": line["spot"],
+                "bets": 0,
+                "wagered_pence": 0,
+                "paid_out_pence": 0,
+                "hold_pence": 0,
+                "theoretical_rtp": line["theoretical_rtp"],
+            },
+        )
+        for field in ("bets", "wagered_pence", "paid_out_pence", "hold_pence"):
+            spot[field] += line[field]
+    for spot in by_spot.values():
+        wagered = spot["wagered_pence"]
+        spot["observed_rtp"] = spot["paid_out_pence"] / wagered if wagered else None
+    return sorted(by_spot.values(), key=lambda spot: str(spot["spot"]))
+
+
+@blp.get("/api/feed")
+@dashboard_api
+def feed() -> Response:
+    """Every table's live feed, followed with the session's key."""
+    key = cast("WebSession", g.ops_session).api_key
+    assert key is not None
+    resume = request.headers.get("Last-Event-ID")
+    headers = {"Last-Event-ID": resume} if resume else None
+    return pages().api.stream("/v1/feed", key, headers=headers)
+
+
+def _reason() -> str:
+    body = request.get_json(silent=True)
+    reason = body.get("reason") if isinstance(body, dict) else None
+    return reason if isinstance(reason, str) else ""
+
+
+def _body() -> dict[str, Any]:
+    body = request.get_json(silent=True)
+    return body if isinstance(body, dict) else {}
+
+
+@blp.post("/api/tables/<table_id>/malfunctions")
+@dashboard_api
+def declare_malfunction(table_id: str) -> Response:
+    """Declare a malfunction: void the current round (or the rounds named) and suspend."""
+    sent = _body()
+    round_ids = sent.get("round_ids") or []
+    body: dict[str, Any] = {"reason": _reason()}
+    if round_ids:
+        body.update(scope="rounds", round_ids=round_ids)
+    else:
+        body["scope"] = "current_round"
+    return _call("POST", f"/v1/tables/{table_id}/malfunctions", body=body).response()
+
+
+@blp.post("/api/tables/<table_id>/mutes")
+@dashboard_api
+def mute(table_id: str) -> Response:
+    """Mute a player in the table's chat."""
+    body = {"player_id": _body().get("player_id"), "reason": _reason()}
+    return _call("POST", f"/v1/tables/{table_id}/mutes", body=body).response()
+
+
+@blp.post("/api/tables/<table_id>/reopenings")
+@dashboard_api
+def reopen(table_id: str) -> Response:
+    """Reopen a table that a malfunction suspended."""
+    body = {"reason": _reason()}
+    return _call("POST", f"/v1/tables/{table_id}/reopenings", body=body).response()

@@ -1,0 +1,158 @@
+// The ops dashboard: every table from the read models, refreshed as the feed says things
+// happened; actions (with a reason) go through this page's own server, which holds the key.
+import { api, element, pounds, secondsLeft } from "./common.js";
+import { drawRoads } from "./roads.js";
+
+const root = document.getElementById("dashboard");
+const readOnly = root.dataset.role !== "ops";
+const $ = (id) => document.getElementById(id);
+const latest = new Map(); // table id -> the latest coup seen on the feed
+const deadlines = new Map();
+let pending = null;
+
+function percent(value) {
+  return value === null || value === undefined ? "—" : `${(value * 100).toFixed(3)}%`;
+}
+
+function actionForm(tableId, kind, label, fields) {
+  const form = element("form", undefined, { class: "action", "data-action": kind, "data-table": tableId });
+  const title = element("h4", label);
+  form.appendChild(title);
+  for (const [name, text] of fields) {
+    const id = `${kind}-${name}-${tableId}`;
+    const input = element("input", undefined, { id, name, autocomplete: "off" });
+    input.required = name === "reason";
+    form.append(element("label", text, { for: id }), input);
+  }
+  form.appendChild(element("button", label, { type: "submit" }));
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const data = Object.fromEntries(new FormData(form));
+    const body = { reason: data.reason };
+    if (data.player_id) body.player_id = data.player_id;
+    if (data.round_ids) body.round_ids = data.round_ids.split(/[\s,]+/).filter(Boolean);
+    const answer = await api("POST", `/dashboard/api/tables/${encodeURIComponent(tableId)}/${kind}`, body);
+    $("action-message").textContent = answer.ok
+      ? `${label}: done at ${tableId}.`
+      : `${label} refused: ${answer.body?.detail ?? answer.status}`;
+    refreshSoon(0);
+  });
+  return form;
+}
+
+function drawTable(table) {
+  const section = element("section", undefined, { class: "panel table", id: `table-${table.table_id}`, "aria-label": `Table ${table.table_id}` });
+  const state = table.state;
+  section.appendChild(element("h2", `Table ${table.table_id}`));
+  const figures = element("dl", undefined, { class: "figures" });
+  const players = state.seats.filter((s) => s.player_id).map((s) => `${s.seat}: ${s.player_id}`).join(", ") || "none";
+  deadlines.set(table.table_id, state.phase === "betting" ? state.deadline : null);
+  const coup = latest.get(table.table_id);
+  for (const [term, value, id] of [
+    ["Phase", state.phase, "phase"],
+    ["Round", state.round_id ?? "—", "round"],
+    ["Players", players, "players"],
+    ["Shoe", state.shoe ? `${state.shoe.shoe_id}, ${state.shoe.hands_left} hands left` : "none open", "shoe"],
+    ["Window", "", "window"],
+    ["Latest coup", coup ? `${coup.round_id}: ${coup.outcome} (P ${coup.player_total}, B ${coup.banker_total})` : "—", "latest"],
+    ["Rounds a minute", table.rounds_per_minute, "rate"],
+  ]) {
+    figures.append(element("dt", term), element("dd", value, { "data-field": id }));
+  }
+  section.appendChild(figures);
+
+  const counts = table.statistics.roads.counts;
+  section.appendChild(element("p", `Banker ${counts.banker} · Player ${counts.player} · Ties ${counts.ties} · Hands ${counts.hands}`, { class: "counts" }));
+  const roads = element("div", undefined, { class: "roads" });
+  drawRoads(roads, table.statistics.roads);
+  section.appendChild(roads);
+
+  const ledger = element("table", undefined, { class: "ledger" });
+  ledger.appendChild(element("caption", "House ledger (last 30 days): return to player, observed beside the exact theory"));
+  const head = element("tr");
+  for (const title of ["Spot", "Bets", "Wagered", "Paid out", "Hold", "Observed RTP", "Theory RTP"]) head.appendChild(element("th", title, { scope: "col" }));
+  ledger.appendChild(head);
+  for (const line of table.ledger) {
+    const row = element("tr", undefined, { "data-spot": line.spot });
+    for (const value of [line.spot, line.bets, pounds(line.wagered_pence), pounds(line.paid_out_pence), pounds(line.hold_pence), percent(line.observed_rtp), percent(line.theoretical_rtp)]) {
+      row.appendChild(element("td", value));
+    }
+    ledger.appendChild(row);
+  }
+  section.appendChild(ledger);
+
+  if (!readOnly) {
+    const actions = element("div", undefined, { class: "actions" });
+    actions.append(
+      actionForm(table.table_id, "malfunctions", "Declare a malfunction", [["reason", "Reason"], ["round_ids", "Rounds (blank: the current round)"]]),
+      actionForm(table.table_id, "mutes", "Mute a chat player", [["player_id", "Player"], ["reason", "Reason"]]),
+      actionForm(table.table_id, "reopenings", "Reopen the table", [["reason", "Reason"]]),
+    );
+    section.appendChild(actions);
+  }
+  return section;
+}
+
+async function refresh() {
+  pending = null;
+  const answer = await api("GET", "/dashboard/api/overview");
+  if (!answer.ok) {
+    $("action-message").textContent = answer.body?.detail ?? `The server answered ${answer.status}.`;
+    return;
+  }
+  const overview = answer.body;
+  const tables = $("tables");
+  tables.replaceChildren(...overview.tables.map(drawTable));
+  const lag = overview.projections?.projections ?? [];
+  $("lag").textContent = lag.length ? lag.map((p) => `${p.name} ${p.lag_events} events`).join(", ") : "—";
+  $("queue").textContent = overview.queue_depth ?? "no queue";
+  $("rate").textContent = overview.tables.reduce((sum, t) => sum + t.rounds_per_minute, 0);
+  const list = $("significant");
+  list.replaceChildren();
+  for (const event of overview.significant_events) {
+    list.appendChild(element("li", `${event.when} · ${event.kind} · ${event.type} · ${event.who} (${event.role})${event.why ? ` · why: ${event.why}` : ""}`, { "data-type": event.type }));
+  }
+  root.dataset.ready = "true";
+}
+
+function refreshSoon(delay = 300) {
+  if (pending) return;
+  pending = setTimeout(refresh, delay);
+}
+
+function follow() {
+  const feed = new EventSource("/dashboard/api/feed");
+  feed.onopen = () => {
+    $("feed-status").textContent = "live";
+    refreshSoon(0);
+  };
+  feed.onerror = () => { $("feed-status").textContent = "reconnecting"; };
+  feed.addEventListener("projection-lag", (e) => {
+    const lag = JSON.parse(e.data);
+    const entries = lag.projections ?? lag.read_models ?? [];
+    if (Array.isArray(entries) && entries.length) {
+      $("lag").textContent = entries.map((p) => `${p.name} ${p.lag_events} events`).join(", ");
+    }
+  });
+  feed.addEventListener("CoupCompleted", (e) => {
+    const event = JSON.parse(e.data);
+    latest.set(event.table_id, event.payload);
+    const cell = document.querySelector(`#table-${CSS.escape(event.table_id)} [data-field="latest"]`);
+    if (cell) cell.textContent = `${event.payload.round_id}: ${event.payload.outcome} (P ${event.payload.player_total}, B ${event.payload.banker_total})`;
+    refreshSoon();
+  });
+  feed.onmessage = () => refreshSoon();
+  for (const type of ["RoundOpened", "RoundSettled", "RoundVoided", "PlayerSat", "PlayerLeft", "BetPlaced", "MalfunctionDeclared", "TableSuspended", "TableReopened", "PlayerMuted", "ShoeOpened", "TableCreated"]) {
+    feed.addEventListener(type, () => refreshSoon());
+  }
+}
+
+setInterval(() => {
+  for (const [tableId, deadline] of deadlines) {
+    const cell = document.querySelector(`#table-${CSS.escape(tableId)} [data-field="window"]`);
+    const left = secondsLeft(deadline);
+    if (cell) cell.textContent = left === null ? "closed" : `${left} s left`;
+  }
+}, 250);
+
+refresh().then(follow);
