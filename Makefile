@@ -37,7 +37,7 @@ test: lint typecheck pytest
 
 # PostgreSQL and Redis from the environment, or embedded ones; then the API and the worker.
 # `shoebox run` turns demo mode on: /play and /dashboard are served beside /v1.
-run: $(STAMP) chromium
+run: $(STAMP)
 	$(BIN)/shoebox run
 
 # Benchmarks print medians beside a baseline measured in the same run; see docs/benchmarks.md.
