@@ -23,9 +23,12 @@ from events.projections.runner import (
 )
 from events.store import Clock, utc_now
 from events.subscription import CatchUpSubscription
+from service.application.read_models.chat import ChatProjection
 from service.application.read_models.ledger import LedgerProjection
 from service.application.read_models.players import PlayersProjection
 from service.application.read_models.rounds import RoundsProjection
+from service.application.read_models.shoes import ShoesProjection
+from service.application.read_models.significant import SignificantProjection
 from service.application.read_models.statistics import StatisticsProjection
 from service.application.read_models.wallets import WalletsProjection
 
@@ -49,6 +52,9 @@ PROJECTIONS: Final[tuple[type[Projection], ...]] = (
     StatisticsProjection,
     PlayersProjection,
     LedgerProjection,
+    SignificantProjection,
+    ShoesProjection,
+    ChatProjection,
 )
 """Every read model, in the order a rebuild of all of them applies each batch."""
 
