@@ -186,10 +186,10 @@ class Client:
         self.client = self.app.test_client()
         self.keys = keys
 
-    def call(self, method: str, path: str, role: Role, body: Any = None) -> Any:
+    def call(self, method: str, path: str, role: Role, body: Any = None, *, allow: int = 0) -> Any:
         headers = {"Authorization": f"Bearer {self.keys[role]}"}
         response = self.client.open(path, method=method, headers=headers, json=body)
-        if response.status_code >= 400:
+        if response.status_code >= 400 and response.status_code != allow:
             raise RuntimeError(f"{method} {path}: {response.status_code} {response.get_data()!r}")
         return response.get_json()
 
@@ -226,6 +226,8 @@ def measure(
         player = growth.players[0]
         bet = {"player_id": player, "spot": "banker", "stake_pence": 100}
         bets = f"/v1/tables/{BUSY}/bets"
+        # Taking the bet back may find the round gone: when a cold load outlasts the 15 s
+        # window, the next request closes it with nobody in play and the stake comes back.
         withdraw = f"{bets}/{player}"
         # Cold: a new app, with empty caches, for each sample.
         for _ in range(repeats):
@@ -238,7 +240,7 @@ def measure(
             cold = Client(database, keys)
             first_bet = partial(cold.call, "POST", bets, Role.FRONTEND, bet)
             figures.add("cold first bet", size, timed(first_bet))
-            cold.call("DELETE", withdraw, Role.FRONTEND)
+            cold.call("DELETE", withdraw, Role.FRONTEND, allow=409)
             cold.close()
             # A recovery sweep as a worker's first: a new service, nothing cached.
             fresh = PostgresEventStore(pool, _now)
@@ -258,14 +260,14 @@ def measure(
         for path, role in reads.values():
             warm.call("GET", path, role)
         warm.call("POST", bets, Role.FRONTEND, bet)
-        warm.call("DELETE", withdraw, Role.FRONTEND)
+        warm.call("DELETE", withdraw, Role.FRONTEND, allow=409)
         index = PostgresLogIndex(pool)
         _, start, end = growth.shoe_periods[-1]
         for _ in range(repeats):
             figures.add(
                 "warm bet", size, timed(lambda: warm.call("POST", bets, Role.FRONTEND, bet))
             )
-            warm.call("DELETE", withdraw, Role.FRONTEND)
+            warm.call("DELETE", withdraw, Role.FRONTEND, allow=409)
             for name, (path, role) in reads.items():
                 figures.add(name, size, timed(partial(warm.call, "GET", path, role)))
             figures.add(
@@ -367,13 +369,16 @@ def main(argv: list[str] | None = None) -> int:
                     events += append_all(store, clock, growth, growth.deal(1))
                 built = growth.coups
                 wrote = time.perf_counter() - building
+                # A rebuild from position 0 is the fast way to bring every model up to date
+                # (parallel, COPY); the live projector's way is measured below, one coup at
+                # a time.
                 catching = time.perf_counter()
-                projector.catch_up(pool)
+                projector.rebuild(pool)
                 caught = time.perf_counter() - catching
             print(
                 f"{label}: {growth.coups:,} coups, {events:,} events; appended in {wrote:.1f} s"
                 f" ({(events - before) / max(wrote, 1e-9):,.0f} events/s), projections"
-                f" caught up in {caught:.1f} s",
+                f" rebuilt in {caught:.1f} s",
                 file=sys.stderr,
             )
             copy = f"{name}_m"
