@@ -80,6 +80,9 @@ class LogIndex(Protocol):
     def shoe_events(self, stream_id: str, shoe_ids: Collection[str]) -> list[RecordedEvent]:
         """The ShoeOpened and ShoeRevealed events of these shoes of one table, as recorded."""
 
+    def stream_batches(self, stream_id: str, to_version: int) -> Iterator[list[RecordedEvent]]:
+        """A stream's events up to `to_version`, upcast, a bounded batch at a time."""
+
 
 def build_export(
     store: EventStore,
@@ -120,7 +123,7 @@ def build_export(
             _note(event, shoes, wallets, checkpoints)
             yield event_line(event)
     yield from _shoe_lines(store, shoes, index)
-    yield from _wallet_lines(store, wallets)
+    yield from _wallet_lines(store, wallets, index)
     if first is not None and last is not None:
         yield from _checkpoint_lines(checkpoints, first, last)
 
@@ -230,13 +233,21 @@ def _shoe_lines(
 
 
 def _wallet_lines(
-    store: EventStore, versions: dict[str, tuple[int, int]]
+    store: EventStore, versions: dict[str, tuple[int, int]], index: LogIndex | None
 ) -> Iterator[dict[str, Any]]:
     """Each wallet in the slice: its state before its first event there and after its last."""
     for stream_id, (low, high) in sorted(versions.items()):
         player_id = id_of(stream_id)
         wallet = opening = Wallet(player_id)
-        for stored in store.read_stream(stream_id):
+        # In batches through the index when there is one, so a long-lived wallet is never
+        # held in memory whole; it is still replayed from its first event (wallet snapshots
+        # would bound that too).
+        found = (
+            itertools.chain.from_iterable(index.stream_batches(stream_id, high))
+            if index is not None
+            else store.read_stream(stream_id)
+        )
+        for stored in found:
             if stored.version > high:
                 break
             event: WalletEvent = from_recorded_as(stored, WALLET_EVENT_TYPES)

@@ -7,7 +7,7 @@ export grows with its own slice, not with the log.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from datetime import datetime
 from typing import Final
 
@@ -16,6 +16,7 @@ from psycopg import sql
 from domain.table import ShoeOpened, ShoeRetired, ShoeRevealed
 from events.postgres import EVENT_COLUMNS, Pool, event_rows
 from events.store import RecordedEvent
+from events.upcasting import Upcasters
 from service.application.streams import WALLET, table_stream
 
 # Through events_stream_recorded_at (stream_id, recorded_at): the table's events in the period.
@@ -50,11 +51,20 @@ _SHOE_EVENTS: Final = sql.SQL(
 )
 
 
+# Through events' unique (stream_id, version): a bounded batch of a stream, by version.
+_STREAM_BATCH: Final = (
+    "SELECT " + EVENT_COLUMNS + " FROM events"  # noqa: S608 - constants only
+    " WHERE stream_id = %s AND version > %s AND version <= %s ORDER BY version LIMIT %s"
+)
+BATCH_SIZE: Final = 5000
+
+
 class PostgresLogIndex:
     """The export's index reads over a pool of the log's database."""
 
-    def __init__(self, pool: Pool) -> None:
+    def __init__(self, pool: Pool, upcasters: Upcasters | None = None) -> None:
         self._pool = pool
+        self._upcasters = upcasters if upcasters is not None else Upcasters()
 
     def slice_bounds(
         self, table_id: str, start: datetime, end: datetime
@@ -77,3 +87,17 @@ class PostgresLogIndex:
         with self._pool.connection() as conn:
             cursor = conn.cursor(row_factory=event_rows)
             return cursor.execute(_SHOE_EVENTS, [sorted(shoe_ids), stream_id]).fetchall()
+
+    def stream_batches(self, stream_id: str, to_version: int) -> Iterator[list[RecordedEvent]]:
+        """A stream's events up to `to_version`, upcast as the store's reads are, in batches."""
+        after = 0
+        while after < to_version:
+            with self._pool.connection() as conn:
+                cursor = conn.cursor(row_factory=event_rows)
+                batch = cursor.execute(
+                    _STREAM_BATCH, [stream_id, after, to_version, BATCH_SIZE]
+                ).fetchall()
+            if not batch:
+                return
+            yield self._upcasters.upcast_all(batch)
+            after = batch[-1].version
