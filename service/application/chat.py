@@ -78,14 +78,27 @@ class ChatService:
 
         return run_command(self._store, actor, prepare, self._attempts)
 
-    def recent(self, table_id: str, limit: int = 50) -> list[ChatMessage]:
-        """The table's last `limit` messages, oldest first and newest last."""
+    def recent(
+        self, table_id: str, limit: int = 50, before: int | None = None
+    ) -> list[ChatMessage]:
+        """The table's last `limit` messages (before version `before`), oldest first.
+
+        The API reads the chat read model (read_models/queries.py); this is the in-memory
+        wiring's read, and reads only the last `limit` versions of the chat stream.
+        """
         if limit < 1:
             raise ValueError("limit must be at least 1")
         # An unknown table is not found. Only read: a lapsed window is left to the table's
         # next command, because a read never writes.
         self._game.table(table_id)
-        recorded = self._store.read_stream(chat_stream(table_id))[-limit:]
+        last = self._chat_version(table_id)
+        if before is not None:
+            last = min(last, before - 1)
+        recorded = (
+            self._store.read_stream(chat_stream(table_id), max(1, last - limit + 1))[:limit]
+            if last > 0
+            else []
+        )
         messages: list[ChatMessage] = []
         for event in recorded:
             posted = from_recorded_as(event, CHAT_EVENT_TYPES)
@@ -113,7 +126,7 @@ class ChatService:
         return self._game.remove_player(table_id, player_id, reason, actor)
 
     def _chat_version(self, table_id: str) -> int:
-        # The whole chat stream is read for its version: the store has no cheaper way to ask
-        # yet, and chat volumes are small; a projection replaces this with the read models.
-        recorded = self._store.read_stream(chat_stream(table_id))
-        return recorded[-1].version if recorded else 0
+        # The stream's last event through events' (stream_id, version) key, backwards: one
+        # row however much the table has said.
+        last = self._store.last_of_stream(chat_stream(table_id), upcast=False)
+        return 0 if last is None else last.version

@@ -10,6 +10,7 @@ from events.postgres import PostgresEventStore, open_pool
 from service.application.upcasters import upcasters
 from service.embedded import database_url
 from service.regulator.export import build_export, write_lines
+from service.regulator.log_index import PostgresLogIndex
 from service.runtime.settings import Settings
 
 
@@ -37,7 +38,8 @@ def export(table_id: str, start: datetime, end: datetime, output: str) -> None:
     """Write a table's events in a time range, and its revealed seeds, as JSON Lines."""
     with database_url(Settings.from_env()) as url, open_pool(url) as pool:
         store = PostgresEventStore(pool, upcasters=upcasters())
-        lines = build_export(store, table_id, _utc(start), _utc(end))
+        index = PostgresLogIndex(pool)
+        lines = build_export(store, table_id, _utc(start), _utc(end), index)
         if output == "-":
             for line in lines:
                 sys.stdout.buffer.write(orjson.dumps(line) + b"\n")

@@ -99,6 +99,10 @@ def run(workers: int | None, threads: int | None, demo_keys: bool) -> None:
             try:
                 children.append(_Child.start("serve", serve_arguments, environment))
                 children.append(_Child.start("worker", ["worker"], environment))
+                # Rebuilds in a worker of their own, so windows close on time while one runs.
+                children.append(
+                    _Child.start("rebuild worker", ["worker", "--rebuilds"], environment)
+                )
                 # The read models follow the log in a process of their own: PostgreSQL only,
                 # so they keep up even while Redis (the worker's half) is down.
                 children.append(_Child.start("projector", ["projector"], environment))

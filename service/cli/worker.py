@@ -18,9 +18,18 @@ from service.runtime.settings import Settings
     default=None,
     help="The queue to serve. Default: the one the API schedules on.",
 )
+@click.option(
+    "--rebuilds",
+    is_flag=True,
+    help="Serve the queue of read-model rebuilds instead, so they never hold up a window.",
+)
 @click.option("--burst", is_flag=True, help="Run the jobs that are due, then stop.")
-def worker(queue_name: str | None, burst: bool) -> None:
-    """Run the jobs that close betting windows, with rq's scheduler, until interrupted."""
+def worker(queue_name: str | None, rebuilds: bool, burst: bool) -> None:
+    """Run the jobs that close betting windows, with rq's scheduler, until interrupted.
+
+    With --rebuilds, run the read models' rebuilds instead: a second worker process, since a
+    worker runs one job at a time and a rebuild of a long log takes minutes.
+    """
     # Imported here: the CLI's other commands should not pay for importing rq and the service.
     from redis import Redis
     from rq import Queue, SimpleWorker
@@ -28,7 +37,7 @@ def worker(queue_name: str | None, burst: bool) -> None:
 
     from service.runtime import jobs
     from service.runtime.logs import configure_logging
-    from service.runtime.scheduler import WINDOW_QUEUE
+    from service.runtime.scheduler import REBUILD_QUEUE, WINDOW_QUEUE
     from service.runtime.signing import signing_keys
 
     configure_logging("worker")
@@ -36,19 +45,26 @@ def worker(queue_name: str | None, burst: bool) -> None:
     with database_url(settings) as db_url, redis_url(settings) as queue_url:
         # Harmless when `shoebox serve` got there first: yoyo takes a lock and skips the applied.
         apply_migrations(db_url)
-        name = queue_name or WINDOW_QUEUE
-        jobs.configure(replace(settings, database_url=db_url, redis_url=queue_url), name)
+        if rebuilds and queue_name is not None:
+            raise click.UsageError("--rebuilds names its queue; leave out --queue")
+        name = REBUILD_QUEUE if rebuilds else (queue_name or WINDOW_QUEUE)
+        # Windows are always scheduled on the windows' queue, whichever queue this one serves.
+        jobs.configure(
+            replace(settings, database_url=db_url, redis_url=queue_url),
+            WINDOW_QUEUE if rebuilds else name,
+        )
         connection = Redis.from_url(queue_url)
         queue = Queue(name, connection=connection, serializer=JSONSerializer)
         # A SimpleWorker runs each job in this process rather than a fork per job: a job is a
         # few milliseconds of PostgreSQL, and the pool and caches built by the first job serve
         # every later one.
         rq_worker = SimpleWorker([queue], connection=connection, serializer=JSONSerializer)
-        # Interrupted rounds are looked for now and then every minute (service/recovery.py).
-        jobs.schedule_recovery(queue, timedelta(0))
-        # The log's head is signed every minute that saw appends, if a signing key is set.
-        if signing_keys(settings) is not None:
-            jobs.schedule_checkpoints(queue, timedelta(0))
+        if not rebuilds:
+            # Interrupted rounds are looked for now and then every minute (service/recovery.py).
+            jobs.schedule_recovery(queue, timedelta(0))
+            # The log's head is signed every minute that saw appends, if a signing key is set.
+            if signing_keys(settings) is not None:
+                jobs.schedule_checkpoints(queue, timedelta(0))
         click.echo(f"worker serving queue {queue.name!r} on {queue_url}", err=True)
         # rq logs every job it starts and finishes, and the scheduler each minute's jobs, at
         # INFO; the jobs log what they did, so the worker is quiet when nothing happens.

@@ -9,9 +9,10 @@ out would leave nothing to verify, and a round's money must be whole in the file
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import itertools
+from collections.abc import Collection, Iterator
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -68,18 +69,42 @@ def _all_events(store: EventStore) -> Iterator[RecordedEvent]:
         after = batch[-1].position
 
 
+class LogIndex(Protocol):
+    """Where an export's slice lies and its shoes' published facts, found through indexes."""
+
+    def slice_bounds(
+        self, table_id: str, start: datetime, end: datetime
+    ) -> tuple[int | None, int | None]:
+        """The slice's first and last positions (see `_slice_bounds`), or None and None."""
+
+    def shoe_events(self, stream_id: str, shoe_ids: Collection[str]) -> list[RecordedEvent]:
+        """The ShoeOpened and ShoeRevealed events of these shoes of one table, as recorded."""
+
+    def stream_batches(self, stream_id: str, to_version: int) -> Iterator[list[RecordedEvent]]:
+        """A stream's events up to `to_version`, upcast, a bounded batch at a time."""
+
+
 def build_export(
-    store: EventStore, table_id: str, start: datetime, end: datetime
+    store: EventStore,
+    table_id: str,
+    start: datetime,
+    end: datetime,
+    index: LogIndex | None = None,
 ) -> Iterator[dict[str, Any]]:
-    """The export's lines for one table's events recorded from `start` to `end` inclusive."""
-    first, last = _slice_bounds(store, table_id, start, end)
-    slice_: list[RecordedEvent] = []
-    if first is not None and last is not None:
-        for event in _all_events(store):
-            if event.position > last:
-                break
-            if event.position >= first:
-                slice_.append(event)
+    """The export's lines for one table's events recorded from `start` to `end` inclusive.
+
+    The lines are produced as the slice is read, a batch at a time, so memory stays flat
+    however long the slice: only the shoes, wallets and checkpoints it names are kept for the
+    lines that follow the events. With an `index` (PostgreSQL) the slice's bounds and its
+    shoes come from indexes; without one (the in-memory store) the log is scanned for them.
+    """
+    first, last = (
+        index.slice_bounds(table_id, start, end)
+        if index is not None
+        else _slice_bounds(store, table_id, start, end)
+    )
+    batches = _range(store, first, last) if first is not None and last is not None else iter(())
+    opening = next(batches, [])
     yield {
         "kind": "header",
         "format": EXPORT_FORMAT,
@@ -88,23 +113,55 @@ def build_export(
         "to": format_timestamp(end),
         "first_position": first,
         "last_position": last,
-        "prev_hash": slice_[0].prev_hash if slice_ else None,
+        "prev_hash": opening[0].prev_hash if opening else None,
     }
-    for event in slice_:
-        yield event_line(event)
-    yield from _shoe_lines(store, slice_)
-    yield from _wallet_lines(store, slice_)
+    shoes: dict[str, set[str]] = {}
+    wallets: dict[str, tuple[int, int]] = {}
+    checkpoints: list[RecordedEvent] = []
+    for batch in itertools.chain([opening], batches):
+        for event in batch:
+            _note(event, shoes, wallets, checkpoints)
+            yield event_line(event)
+    yield from _shoe_lines(store, shoes, index)
+    yield from _wallet_lines(store, wallets, index)
     if first is not None and last is not None:
-        yield from _checkpoint_lines(slice_, first, last)
+        yield from _checkpoint_lines(checkpoints, first, last)
+
+
+def _range(store: EventStore, first: int, last: int) -> Iterator[list[RecordedEvent]]:
+    """The events from `first` to `last`, a batch at a time, through the primary key."""
+    after = first - 1
+    while after < last:
+        batch = [e for e in store.read_all(after, BATCH_SIZE, upcast=False) if e.position <= last]
+        if not batch:
+            return
+        yield batch
+        after = batch[-1].position
+
+
+def _note(
+    event: RecordedEvent,
+    shoes: dict[str, set[str]],
+    wallets: dict[str, tuple[int, int]],
+    checkpoints: list[RecordedEvent],
+) -> None:
+    """Remember what the lines after the events need of one event of the slice."""
+    if event.category == "table":
+        shoe_id = event.payload.get("shoe_id")
+        if isinstance(shoe_id, str):
+            shoes.setdefault(event.stream_id, set()).add(shoe_id)
+    elif event.category == WALLET:
+        low, _ = wallets.get(event.stream_id, (event.version, event.version))
+        wallets[event.stream_id] = (low, event.version)
+    elif event.type == CheckpointSigned.type:
+        checkpoints.append(event)
 
 
 def _checkpoint_lines(
-    slice_: list[RecordedEvent], first: int, last: int
+    checkpoints: list[RecordedEvent], first: int, last: int
 ) -> Iterator[dict[str, Any]]:
     """The signed checkpoints recorded in the slice whose signed head lies in it too."""
-    for event in slice_:
-        if event.type != CheckpointSigned.type:
-            continue
+    for event in checkpoints:
         checkpoint = from_recorded(event)
         if first <= checkpoint.position <= last:
             yield document(checkpoint)
@@ -113,7 +170,11 @@ def _checkpoint_lines(
 def _slice_bounds(
     store: EventStore, table_id: str, start: datetime, end: datetime
 ) -> tuple[int | None, int | None]:
-    """From the table's first event in the period to the last event its rounds' money needs."""
+    """From the table's first event in the period to the last event its rounds' money needs.
+
+    This scans the whole log: the in-memory store's way. PostgreSQL answers the same from
+    indexes (service/regulator/log_index.py).
+    """
     stream = table_stream(table_id)
     first = last = None
     rounds: set[object] = set()
@@ -134,18 +195,21 @@ def _slice_bounds(
     return first, last
 
 
-def _shoe_lines(store: EventStore, slice_: list[RecordedEvent]) -> Iterator[dict[str, Any]]:
+def _shoe_lines(
+    store: EventStore, wanted: dict[str, set[str]], index: LogIndex | None
+) -> Iterator[dict[str, Any]]:
     """Every shoe a card or shoe event in the slice names, with its seed once revealed."""
-    wanted: dict[str, set[str]] = {}
-    for event in slice_:
-        shoe_id = event.payload.get("shoe_id") if event.category == "table" else None
-        if isinstance(shoe_id, str):
-            wanted.setdefault(event.stream_id, set()).add(shoe_id)
     for stream_id, shoe_ids in sorted(wanted.items()):
         opened: dict[str, dict[str, Any]] = {}
         revealed: dict[str, str] = {}
-        # The whole stream: a shoe may open before the slice and be revealed after it.
-        for event in store.read_stream(stream_id, upcast=False):
+        # A shoe may open before the slice and be revealed after it: through the index of shoe
+        # events, or else the whole stream.
+        found = (
+            index.shoe_events(stream_id, shoe_ids)
+            if index is not None
+            else store.read_stream(stream_id, upcast=False)
+        )
+        for event in found:
             shoe_id = event.payload.get("shoe_id")
             if shoe_id not in shoe_ids:
                 continue
@@ -168,17 +232,22 @@ def _shoe_lines(store: EventStore, slice_: list[RecordedEvent]) -> Iterator[dict
             }
 
 
-def _wallet_lines(store: EventStore, slice_: list[RecordedEvent]) -> Iterator[dict[str, Any]]:
+def _wallet_lines(
+    store: EventStore, versions: dict[str, tuple[int, int]], index: LogIndex | None
+) -> Iterator[dict[str, Any]]:
     """Each wallet in the slice: its state before its first event there and after its last."""
-    versions: dict[str, tuple[int, int]] = {}
-    for recorded in slice_:
-        if recorded.category == "wallet":
-            low, _ = versions.get(recorded.stream_id, (recorded.version, recorded.version))
-            versions[recorded.stream_id] = (low, recorded.version)
     for stream_id, (low, high) in sorted(versions.items()):
         player_id = id_of(stream_id)
         wallet = opening = Wallet(player_id)
-        for stored in store.read_stream(stream_id):
+        # In batches through the index when there is one, so a long-lived wallet is never
+        # held in memory whole; it is still replayed from its first event (wallet snapshots
+        # would bound that too).
+        found = (
+            itertools.chain.from_iterable(index.stream_batches(stream_id, high))
+            if index is not None
+            else store.read_stream(stream_id)
+        )
+        for stored in found:
             if stored.version > high:
                 break
             event: WalletEvent = from_recorded_as(stored, WALLET_EVENT_TYPES)

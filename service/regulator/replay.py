@@ -40,6 +40,7 @@ from domain.wallet import (
 )
 from events.canonical import format_timestamp
 from events.store import EventStore, RecordedEvent
+from service.application.read_models.queries import ProjectionService
 from service.application.streams import TABLE, from_recorded_as, id_of, table_stream, wallet_stream
 from service.regulator.export import event_line, wallet_state
 from service.regulator.verification import Report, verify_shoe_rounds
@@ -290,8 +291,21 @@ class ShoeRecord:
     events: list[RecordedEvent]
 
 
-def find_shoe(store: EventStore, shoe_id: str) -> ShoeRecord:
-    """The shoe's record from the table stream that opened it."""
+def find_shoe(
+    store: EventStore, shoe_id: str, read_models: ProjectionService | None = None
+) -> ShoeRecord:
+    """The shoe's record from the table stream that opened it.
+
+    The shoes read model names the range of the table's stream that holds the shoe (through
+    proj_shoes' primary key, then events' unique (stream_id, version)), and the log after the
+    model's checkpoint adds what it has not applied yet. A shoe the model does not know yet,
+    or the in-memory wiring, is looked for by scanning the log's ShoeOpened events.
+    """
+    if read_models is not None:
+        found = read_models.shoe_events(shoe_id)
+        if found is not None:
+            stream_id, events = found
+            return _shoe_from(events, stream_id, shoe_id)
     after = 0
     while True:
         batch = store.read_all(after, _BATCH, categories=[TABLE], types=[ShoeOpened.type])
@@ -304,7 +318,10 @@ def find_shoe(store: EventStore, shoe_id: str) -> ShoeRecord:
 
 
 def _shoe_record(store: EventStore, stream_id: str, shoe_id: str) -> ShoeRecord:
-    events = store.read_stream(stream_id, upcast=False)
+    return _shoe_from(store.read_stream(stream_id, upcast=False), stream_id, shoe_id)
+
+
+def _shoe_from(events: list[RecordedEvent], stream_id: str, shoe_id: str) -> ShoeRecord:
     rounds = {
         str(e.payload["round_id"])
         for e in events

@@ -29,6 +29,13 @@ log = logging.getLogger(__name__)
 WINDOW_QUEUE: Final = "shoebox-windows"
 """The queue that `shoebox worker` serves and the API schedules on."""
 
+REBUILD_QUEUE: Final = "shoebox-rebuilds"
+"""The queue of projection rebuilds, served by `shoebox worker --rebuilds`.
+
+Its own queue and its own worker process, because a worker runs one job at a time: a rebuild
+of a large log takes minutes, and on the windows' queue every betting window would wait for it.
+"""
+
 CLOSE_WINDOW_JOB: Final = "service.runtime.jobs.close_betting_window"
 # A job that cannot reach PostgreSQL is retried after these pauses (seconds), then given up:
 # by then the next request to the table will have closed the window anyway.

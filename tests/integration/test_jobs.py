@@ -28,6 +28,7 @@ from service.runtime.scheduler import (
     window_job_id,
 )
 from service.runtime.settings import Settings
+from service.web.resources.ops import REBUILD_JOB, REBUILD_TIMEOUT_SECONDS
 
 OPS = Actor("ops-1", "ops")
 FRONTEND = Actor("frontend-1", "frontend")
@@ -305,3 +306,38 @@ def test_the_recovery_job_is_silent_when_nothing_is_due_and_says_what_it_recover
     (record,) = [r for r in caplog.records if r.name == "service.runtime.jobs"]
     assert record.levelno == logging.INFO
     assert round_id in record.getMessage()
+
+
+@pytest.mark.slow
+def test_a_queued_rebuild_never_holds_up_a_betting_window(
+    app_pool: Pool, queue: Queue, configured_jobs: None
+) -> None:
+    # The rebuild waits on a queue of its own (here a private twin of REBUILD_QUEUE): the
+    # windows' worker closes the window on time and never takes the rebuild, which only the
+    # rebuilds' worker (`shoebox worker --rebuilds`) runs.
+    rebuilds = Queue(
+        f"{queue.name}-rebuilds", connection=queue.connection, serializer=JSONSerializer
+    )
+    store = PostgresEventStore(app_pool, utc_now)
+    games = GameService(store, utc_now, RqWindowScheduler(queue.connection, queue_name=queue.name))
+    table_id = f"T-{secrets.token_hex(4)}"
+    round_id = open_round(games, store, table_id)
+    rebuild = rebuilds.enqueue(REBUILD_JOB, "rounds", job_timeout=REBUILD_TIMEOUT_SECONDS)
+    window = Job.fetch(
+        window_job_id(table_id, round_id), connection=queue.connection, serializer=JSONSerializer
+    )
+    try:
+        burst_until_finished(queue, window)
+
+        assert window.return_value(refresh=True) == jobs.CLOSED
+        assert rebuild.get_status(refresh=True) is JobStatus.QUEUED
+
+        burst(rebuilds)
+
+        assert rebuild.get_status(refresh=True) is JobStatus.FINISHED
+        assert rebuild.return_value() == f"rebuilt rounds up to {store.head()}"
+    finally:
+        for key in queue.connection.scan_iter(match=f"*{rebuilds.name}*"):
+            queue.connection.delete(key)
+        queue.connection.delete(f"rq:job:{rebuild.id}", f"rq:results:{rebuild.id}")
+        queue.connection.srem("rq:queues", f"rq:queue:{rebuilds.name}")

@@ -21,7 +21,12 @@ from service.application.read_models.queries import ProjectionService
 from service.embedded.redis import redis_server_binary
 from service.runtime import jobs
 from service.runtime.container import Container
-from service.runtime.scheduler import WINDOW_QUEUE, RqWindowScheduler, redis_for_requests
+from service.runtime.scheduler import (
+    REBUILD_QUEUE,
+    WINDOW_QUEUE,
+    RqWindowScheduler,
+    redis_for_requests,
+)
 from service.runtime.settings import Settings
 from service.web.api import EXTENSION
 from tests.api_harness import Api
@@ -170,10 +175,12 @@ def test_bets_go_on_and_read_models_keep_up_while_redis_is_down_then_jobs_queue_
     jobs.reset()
     jobs.configure(Settings(database_url=fresh_database, redis_url=private_redis.url))
     try:
-        worker = SimpleWorker([queue], connection=queue.connection, serializer=JSONSerializer)
+        # Rebuilds have their queue and worker (`shoebox worker --rebuilds`), not the windows'.
+        rebuilds = Queue(REBUILD_QUEUE, connection=queue.connection, serializer=JSONSerializer)
+        worker = SimpleWorker([rebuilds], connection=queue.connection, serializer=JSONSerializer)
         worker.work(burst=True)
     finally:
         jobs.reset()
-    job = queue.fetch_job(queued["jobs"][0])
+    job = rebuilds.fetch_job(queued["jobs"][0])
     assert job is not None
     assert job.return_value() == f"rebuilt ledger up to {store.head()}"

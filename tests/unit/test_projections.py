@@ -27,7 +27,8 @@ from domain.wallet import (
 from events.projections.base import _copy_text, copy_text_or_null
 from events.store import EventMetadata, RecordedEvent
 from service.application.read_models import projector
-from service.application.read_models.queries import LedgerLine, RoundRecord, round_violations
+from service.application.read_models.invariants import RoundRecord, round_violations
+from service.application.read_models.queries import LedgerLine
 from service.application.read_models.wallets import _fold
 from service.application.streams import to_new_event
 

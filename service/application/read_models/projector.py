@@ -23,11 +23,15 @@ from events.projections.runner import (
 )
 from events.store import Clock, utc_now
 from events.subscription import CatchUpSubscription
+from service.application.read_models.chat import ChatProjection
 from service.application.read_models.ledger import LedgerProjection
 from service.application.read_models.players import PlayersProjection
 from service.application.read_models.rounds import RoundsProjection
+from service.application.read_models.shoes import ShoesProjection
+from service.application.read_models.significant import SignificantProjection
 from service.application.read_models.statistics import StatisticsProjection
 from service.application.read_models.wallets import WalletsProjection
+from service.application.upcasters import upcasters
 
 __all__ = [
     "NAMES",
@@ -49,6 +53,9 @@ PROJECTIONS: Final[tuple[type[Projection], ...]] = (
     StatisticsProjection,
     PlayersProjection,
     LedgerProjection,
+    SignificantProjection,
+    ShoesProjection,
+    ChatProjection,
 )
 """Every read model, in the order a rebuild of all of them applies each batch."""
 
@@ -84,12 +91,13 @@ def subscriptions(
         listen=listen,
         batch_size=batch_size,
         clock=clock,
+        upcasters=upcasters(),
     )
 
 
 def catch_up(pool: Pool, names: Iterable[str] = NAMES) -> int:
     """Bring the named projections up to the log's head now; the events handed to them."""
-    return runner.catch_up(pool, _classes(names))
+    return runner.catch_up(pool, _classes(names), upcasters=upcasters())
 
 
 def rebuild(
@@ -100,7 +108,9 @@ def rebuild(
     clock: Clock = utc_now,
 ) -> RebuildResult:
     """Rebuild the named projections from position 0 beside the live ones; swap them in."""
-    return runner.rebuild(pool, _classes(names), batch_size=batch_size, clock=clock)
+    return runner.rebuild(
+        pool, _classes(names), batch_size=batch_size, clock=clock, upcasters=upcasters()
+    )
 
 
 def status(pool: Pool, now: datetime, names: Iterable[str] = NAMES) -> list[ProjectionStatus]:

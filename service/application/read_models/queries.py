@@ -13,21 +13,28 @@ from datetime import date, datetime
 from fractions import Fraction
 from typing import Any, Final
 
+from psycopg import sql
+
 from domain.odds import exact_odds, fresh_shoe_counts
 from domain.outcome import Outcome, Spot
-from domain.payouts import settle
 from domain.roads import Roads, roads_from
-from events.postgres import Pool
-from events.store import Clock
+from events.postgres import EVENT_COLUMNS, Pool, event_rows
+from events.store import Clock, RecordedEvent
+from service.application.chat import ChatMessage
 from service.application.players import PlayedBet, PlayedCard, RoundHistory
 from service.application.read_models import projector
+from service.application.read_models.invariants import RoundRecord, Violation
+from service.application.read_models.invariants import round_violations as round_violations
 from service.application.read_models.projector import ProjectionStatus, RebuildResult
+from service.application.read_models.rounds import DEALT
 from service.application.wallets import Balance, StatementEntry
 
 CURRENT_SHOE: Final = "shoe"
 ALL_TIME: Final = "all"
 
+# Through proj_wallets' primary key.
 _BALANCE = "SELECT available, reserved, version FROM proj_wallets WHERE player_id = %s"
+# Through proj_wallet_statement's primary key (player_id, version), backwards from the keyset.
 _STATEMENT = """
 SELECT version, position, recorded_at, type, amount, reserved_change, available_after,
        reserved_after, reason, table_id, round_id, spot, stake, payout, commission
@@ -40,21 +47,27 @@ r.round_id, r.table_id, r.number, r.opened_at, r.shoe_id, r.status, r.outcome, r
 r.banker_total, r.cards, r.bets, r.wagered, r.paid_out, r.commission, r.voided, r.void_reason,
 r.ended_at, r.position
 """
+# Through proj_round_players_player_position (player_id, position), backwards from the keyset,
+# then proj_rounds' primary key for each of the page's rounds.
 _PLAYER_ROUNDS = (
     "SELECT " + _ROUND_COLUMNS + " FROM proj_round_players AS p"  # noqa: S608 - constants only
     " JOIN proj_rounds AS r USING (round_id)"
-    " WHERE p.player_id = %s ORDER BY p.position DESC LIMIT %s"
+    " WHERE p.player_id = %s AND p.position < %s ORDER BY p.position DESC LIMIT %s"
 )
+# Through proj_rounds' primary key.
 _ROUND = "SELECT " + _ROUND_COLUMNS + " FROM proj_rounds AS r WHERE r.round_id = %s"  # noqa: S608
+# Through proj_rounds_table_position (table_id, position), backwards from the keyset.
 _TABLE_ROUNDS = (
     "SELECT " + _ROUND_COLUMNS + " FROM proj_rounds AS r"  # noqa: S608 - constants only
     " WHERE r.table_id = %s AND r.position < %s ORDER BY r.position DESC LIMIT %s"
 )
+# Through proj_player_rounds' primary key (player_id, round_id): one player's rounds.
 _PLAYER_SUMMARY = """
 SELECT count(*) FILTER (WHERE NOT voided), coalesce(sum(wagered), 0), coalesce(sum(won), 0),
        coalesce(sum(commission), 0)
 FROM proj_player_rounds WHERE player_id = %s
 """
+# Through proj_tables' primary key, then proj_coups_table_position (table_id, position).
 _TABLE = "SELECT decks, current_shoe FROM proj_tables WHERE table_id = %s"
 _OUTCOMES = """
 SELECT outcome FROM proj_coups
@@ -71,41 +84,51 @@ WHERE l.table_id = %s AND l.day >= %s AND l.day <= %s
 GROUP BY l.day, l.spot
 ORDER BY l.day, l.spot
 """
+# Every wallet's row and every ledger row: these grow with players and with table-days, not
+# with the log, so the sums stay cheap however long the tables deal.
 _MONEY = """
 SELECT (SELECT coalesce(sum(available + reserved), 0) FROM proj_wallets),
        (SELECT coalesce(sum(credits), 0) FROM proj_wallets),
        (SELECT coalesce(sum(debits), 0) FROM proj_wallets),
        (SELECT coalesce(sum(wagered - paid_out), 0) FROM proj_ledger)
 """
-_ALL_ROUNDS = (
-    "SELECT " + _ROUND_COLUMNS + " FROM proj_rounds AS r"  # noqa: S608 - constants only
-    " WHERE r.outcome IS NOT NULL ORDER BY r.position"
+# Through proj_round_violations_position: only the rounds that broke a rule, which the rounds
+# projection checked as it applied them (read_models/rounds.py).
+_VIOLATIONS = (
+    'SELECT "check", round_id, detail FROM proj_round_violations ORDER BY position, round_id, seq'
+)
+# Through proj_round_totals' primary key.
+_CHECKED = "SELECT checked FROM proj_round_totals WHERE name = %s"
+# Through proj_chat's primary key (table_id, version), backwards from the keyset.
+_CHAT = """
+SELECT version, player_id, text, posted_at FROM proj_chat
+WHERE table_id = %s AND version < %s ORDER BY version DESC LIMIT %s
+"""
+# Messages the chat projection has not applied yet, through events' (stream_id, version) key.
+_CHAT_TAIL = (
+    "SELECT " + EVENT_COLUMNS + " FROM events"  # noqa: S608 - constants only
+    " WHERE stream_id = %s AND version > %s AND version < %s ORDER BY version DESC LIMIT %s"
+)
+_CHAT_PROJECTED = "SELECT coalesce(max(version), 0) FROM proj_chat WHERE table_id = %s"
+_CHECKPOINT = "SELECT coalesce(max(position), 0) FROM checkpoints WHERE subscription = %s"
+# Through events' primary key: the significant events of a page, by position.
+_EVENTS_AT = (
+    "SELECT " + EVENT_COLUMNS + " FROM events"  # noqa: S608 - constants only
+    " WHERE position = ANY(%s) ORDER BY position"
+)
+# Through proj_shoes' primary key.
+_SHOE = "SELECT table_id, first_version, last_version FROM proj_shoes WHERE shoe_id = %s"
+# Through events' unique (stream_id, version): one shoe's range of its table's stream.
+_STREAM_RANGE = (
+    "SELECT " + EVENT_COLUMNS + " FROM events"  # noqa: S608 - constants only
+    " WHERE stream_id = %s AND version >= %s AND version <= %s ORDER BY version"
+)
+# Through events' primary key from the checkpoint: what a projection has not applied yet.
+_STREAM_AFTER = (
+    "SELECT " + EVENT_COLUMNS + " FROM events"  # noqa: S608 - constants only
+    " WHERE position > %s AND stream_id = %s ORDER BY position"
 )
 _WATCHED: Final = ("wallets", "ledger", "rounds")
-
-
-@dataclass(frozen=True, slots=True)
-class RoundRecord:
-    """One round as the round history holds it."""
-
-    round_id: str
-    table_id: str
-    number: int
-    opened_at: datetime
-    shoe_id: str | None
-    status: str
-    outcome: str | None
-    player_total: int | None
-    banker_total: int | None
-    cards: tuple[dict[str, Any], ...]
-    bets: tuple[dict[str, Any], ...]
-    wagered: int
-    paid_out: int
-    commission: int
-    voided: bool
-    void_reason: str | None
-    ended_at: datetime | None
-    position: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,15 +182,6 @@ class LedgerLine:
 
 
 @dataclass(frozen=True, slots=True)
-class Violation:
-    """One broken invariant, and where."""
-
-    check: str
-    subject: str
-    detail: str
-
-
-@dataclass(frozen=True, slots=True)
 class InvariantReport:
     """Money conservation and the payout rules, checked over the read models."""
 
@@ -212,11 +226,114 @@ class ProjectionService:
             rows = conn.execute(_STATEMENT, [player_id, bound, limit]).fetchall()
         return [StatementEntry(*row) for row in rows]
 
-    def player_rounds(self, player_id: str, limit: int = 20) -> list[RoundHistory]:
-        """The player's latest rounds, newest first, with their own bets only."""
+    def player_rounds(
+        self, player_id: str, limit: int = 20, before: int | None = None
+    ) -> list[RoundHistory]:
+        """The player's latest rounds before log position `before`, newest first, own bets only."""
+        return [history(r, player_id) for r in self.player_round_records(player_id, limit, before)]
+
+    def player_round_records(
+        self, player_id: str, limit: int = 20, before: int | None = None
+    ) -> list[RoundRecord]:
+        """The rounds a player staked in, newest first, before log position `before` if given."""
+        bound = before if before is not None else 2**62
         with self._pool.connection() as conn:
-            rows = conn.execute(_PLAYER_ROUNDS, [player_id, limit]).fetchall()
-        return [_history(_record(row), player_id) for row in rows]
+            rows = conn.execute(_PLAYER_ROUNDS, [player_id, bound, limit]).fetchall()
+        return [_record(row) for row in rows]
+
+    def chat(self, table_id: str, limit: int = 50, before: int | None = None) -> list[ChatMessage]:
+        """A table's latest messages before chat version `before`, oldest first.
+
+        From the chat read model, and from the log for any message it has not applied yet, so
+        a message is readable as soon as its post returns.
+        """
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        bound = before if before is not None else 2**31 - 1
+        stream = "chat:" + table_id
+        with self._pool.connection() as conn, conn.transaction():
+            # One snapshot: the model and the log's tail are read at the same moment.
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            projected_row = conn.execute(_CHAT_PROJECTED, [table_id]).fetchone()
+            projected = 0 if projected_row is None else int(projected_row[0])
+            cursor = conn.cursor(row_factory=event_rows)
+            tail = cursor.execute(_CHAT_TAIL, [stream, projected, bound, limit]).fetchall()
+            rows = conn.execute(_CHAT, [table_id, min(bound, projected + 1), limit]).fetchall()
+        messages = [
+            ChatMessage(
+                table_id,
+                str(e.payload["player_id"]),
+                str(e.payload["text"]),
+                datetime.fromisoformat(str(e.payload["posted_at"])),
+                e.version,
+            )
+            for e in tail
+        ] + [ChatMessage(table_id, row[1], row[2], row[3], int(row[0])) for row in rows]
+        return sorted(messages[:limit], key=lambda m: m.version)
+
+    def significant(
+        self,
+        after: int,
+        limit: int,
+        *,
+        type: str | None = None,
+        actor: str | None = None,
+        table_id: str | None = None,
+        start: datetime | None = None,
+        end: datetime | None = None,
+    ) -> tuple[list[tuple[str, RecordedEvent]], int]:
+        """Up to `limit` significant events after `after` that the read model holds, with their
+        kinds, and the position the model has read to: later ones are still only in the log."""
+        conditions: list[sql.Composable] = [sql.SQL("position > %s"), sql.SQL("position <= %s")]
+        params: list[object] = [after]
+        # Each filter has its own index ending in the position: proj_significant_type_position,
+        # _actor_position, _table_position, and _recorded_at for a time range.
+        for column, value, operator in (
+            ("type", type, "="),
+            ("actor", actor, "="),
+            ("table_id", table_id, "="),
+            ("recorded_at", start, ">="),
+            ("recorded_at", end, "<="),
+        ):
+            if value is not None:
+                conditions.append(
+                    sql.SQL("{} {} %s").format(sql.Identifier(column), sql.SQL(operator))
+                )
+                params.append(value)
+        query = sql.SQL(
+            "SELECT position, kind FROM proj_significant WHERE {} ORDER BY position LIMIT %s"
+        ).format(sql.SQL(" AND ").join(conditions))
+        with self._pool.connection() as conn, conn.transaction():
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            checkpoint_row = conn.execute(_CHECKPOINT, ["significant"]).fetchone()
+            checkpoint = 0 if checkpoint_row is None else int(checkpoint_row[0])
+            params.insert(1, checkpoint)
+            found = conn.execute(query, [*params, limit]).fetchall()
+            kinds = {int(position): str(kind) for position, kind in found}
+            cursor = conn.cursor(row_factory=event_rows)
+            recorded = cursor.execute(_EVENTS_AT, [sorted(kinds)]).fetchall() if kinds else []
+        return [(kinds[e.position], e) for e in recorded], checkpoint
+
+    def shoe_events(self, shoe_id: str) -> tuple[str, list[RecordedEvent]] | None:
+        """A shoe's table stream and the events of it that may be the shoe's, as recorded.
+
+        The shoes read model says which versions of the stream hold the shoe; events appended
+        after the model's checkpoint are added from the log. None when the model does not know
+        the shoe yet (or there is no such shoe): the caller then reads the log.
+        """
+        with self._pool.connection() as conn, conn.transaction():
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            checkpoint_row = conn.execute(_CHECKPOINT, ["shoes"]).fetchone()
+            checkpoint = 0 if checkpoint_row is None else int(checkpoint_row[0])
+            row = conn.execute(_SHOE, [shoe_id]).fetchone()
+            if row is None:
+                return None
+            stream = "table:" + str(row[0])
+            cursor = conn.cursor(row_factory=event_rows)
+            ranged = cursor.execute(_STREAM_RANGE, [stream, row[1], row[2]]).fetchall()
+            later = cursor.execute(_STREAM_AFTER, [checkpoint, stream]).fetchall()
+        seen = {e.position for e in ranged}
+        return stream, ranged + [e for e in later if e.position not in seen]
 
     def player_summary(self, player_id: str) -> PlayerSummary:
         """A player's rounds played, wagered, won and net."""
@@ -291,7 +408,6 @@ class ProjectionService:
     def invariants(self) -> InvariantReport:
         """Money conservation and the payout rules, over one snapshot of the read models."""
         violations: list[Violation] = []
-        checked = 0
         with self._pool.connection() as conn, conn.transaction():
             # One REPEATABLE READ snapshot, so the sums and checkpoints are read at one moment.
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
@@ -305,11 +421,12 @@ class ProjectionService:
             money = conn.execute(_MONEY).fetchone()
             assert money is not None
             wallets_total, credits, debits, house_net = (int(v) for v in money)
-            with conn.cursor(name="invariant_rounds") as rounds:
-                rounds.execute(_ALL_ROUNDS)
-                for row in rounds:
-                    checked += 1
-                    violations.extend(round_violations(_record(row)))
+            checked_row = conn.execute(_CHECKED, [DEALT]).fetchone()
+            checked = 0 if checked_row is None else int(checked_row[0])
+            violations.extend(
+                Violation(str(check), str(subject), str(detail))
+                for check, subject, detail in conn.execute(_VIOLATIONS)
+            )
         comparable = len(checkpoints) == len(_WATCHED) and len(set(checkpoints.values())) == 1
         if comparable and wallets_total + house_net != credits - debits:
             violations.append(
@@ -330,63 +447,6 @@ class ProjectionService:
             checked,
             tuple(violations),
         )
-
-
-def round_violations(record: RoundRecord) -> list[Violation]:
-    """How a dealt round breaks the rules: payouts against domain.payouts, sums, outcome."""
-    found: list[Violation] = []
-    subject = record.round_id
-    if record.outcome is None:
-        return found
-    outcome = Outcome(record.outcome)
-    player, banker = record.player_total, record.banker_total
-    if player is not None and banker is not None:
-        expected = (
-            Outcome.PLAYER
-            if player > banker
-            else Outcome.BANKER
-            if banker > player
-            else Outcome.TIE
-        )
-        if expected is not outcome:
-            found.append(
-                Violation("outcome", subject, f"{player} v {banker} is {expected}, not {outcome}")
-            )
-    if not 4 <= len(record.cards) <= 6:
-        found.append(
-            Violation("cards", subject, f"a coup deals 4 to 6 cards, not {len(record.cards)}")
-        )
-    wagered = paid_out = commission = 0
-    for bet in record.bets:
-        if bet["payout"] is None:
-            continue
-        rule = settle(Spot(bet["spot"]), bet["stake"], outcome)
-        if (bet["payout"], bet["commission"]) != (rule.payout, rule.commission):
-            found.append(
-                Violation(
-                    "payout",
-                    subject,
-                    f"{bet['player_id']} on {bet['spot']} for {bet['stake']}p was paid "
-                    f"{bet['payout']}p (commission {bet['commission']}p); the rules say "
-                    f"{rule.payout}p (commission {rule.commission}p)",
-                )
-            )
-        if bet["returned"] is None:
-            wagered += bet["stake"]
-            paid_out += bet["payout"]
-            commission += bet["commission"]
-    if (record.wagered, record.paid_out, record.commission) != (wagered, paid_out, commission):
-        found.append(
-            Violation(
-                "round_totals",
-                subject,
-                f"totals {record.wagered}/{record.paid_out}/{record.commission}p do not add up"
-                f" to its bets' {wagered}/{paid_out}/{commission}p",
-            )
-        )
-    if record.voided and (record.wagered or record.paid_out):
-        found.append(Violation("void", subject, "a voided round still holds money"))
-    return found
 
 
 def _record(row: Sequence[Any]) -> RoundRecord:
@@ -412,7 +472,8 @@ def _record(row: Sequence[Any]) -> RoundRecord:
     )
 
 
-def _history(record: RoundRecord, player_id: str) -> RoundHistory:
+def history(record: RoundRecord, player_id: str) -> RoundHistory:
+    """A round as one player's history shows it: their own bets only."""
     bets = tuple(
         PlayedBet(
             b["seat"],

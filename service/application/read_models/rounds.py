@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 import orjson
-from psycopg import Connection
+from psycopg import Connection, sql
 from psycopg.rows import TupleRow
 from psycopg.types.json import Jsonb
 
@@ -25,8 +25,17 @@ from domain.round import (
     SettlementReversed,
     StakeReturned,
 )
-from events.projections.base import Projection, by_key, insert_new, load_rows, upsert
+from events.projections.base import (
+    Projection,
+    add_rows,
+    by_key,
+    copy_rows,
+    insert_new,
+    load_rows,
+    upsert,
+)
 from events.store import RecordedEvent
+from service.application.read_models.invariants import RoundRecord, round_violations
 
 ROUND_COLUMNS: Final = (
     "table_id",
@@ -72,6 +81,8 @@ DEALING: Final = "dealing"
 SETTLED: Final = "settled"
 ENDED_WITHOUT_PLAY: Final = "ended_without_play"
 VOIDED: Final = "voided"
+DEALT: Final = "dealt"
+"""The proj_round_totals row counting the dealt rounds checked against the rules."""
 REVERSED: Final = "reversed"
 """A bet's `returned` once a void took its settlement back."""
 
@@ -93,11 +104,15 @@ _ROUND_TYPES: Final = frozenset(
 
 
 class RoundsProjection(Projection):
-    """One row per round, and the (player, round) pairs of every stake."""
+    """One row per round, the (player, round) pairs of every stake, and the rules' check.
+
+    Each round a batch changes is checked against the rules there and then, and its
+    violations replace the ones it had: the invariants check reads only what is broken.
+    """
 
     name = "rounds"
     categories = ("table",)
-    tables = ("proj_rounds", "proj_round_players")
+    tables = ("proj_rounds", "proj_round_players", "proj_round_violations", "proj_round_totals")
 
     def apply(self, conn: Connection[TupleRow], events: Sequence[RecordedEvent]) -> None:
         """Fold the batch's round events into their rounds' rows."""
@@ -113,6 +128,7 @@ class RoundsProjection(Projection):
         )
         for loaded in rounds.values():
             loaded[_CARDS], loaded[_BETS] = _json(loaded[_CARDS]), _json(loaded[_BETS])
+        dealt_before = {key for key, loaded in rounds.items() if loaded[_OUTCOME] is not None}
         players: list[tuple[str, str, int]] = []
         for event in mine:
             payload: Any = event.payload
@@ -133,6 +149,35 @@ class RoundsProjection(Projection):
             ("player_id", "round_id", "position"),
             set(players),
         )
+        self._check(conn, rounds, dealt_before)
+
+    def _check(
+        self, conn: Connection[TupleRow], rounds: dict[str, list[Any]], dealt_before: set[str]
+    ) -> None:
+        dealt = {key: row for key, row in rounds.items() if row[_OUTCOME] is not None}
+        if not dealt:
+            return
+        violations_table = sql.Identifier(self.table("proj_round_violations"))
+        conn.execute(
+            sql.SQL("DELETE FROM {} WHERE round_id = ANY(%s)").format(violations_table),
+            [sorted(dealt)],
+        )
+        found = [
+            (key, seq, row[_POSITION], violation.check, violation.detail)
+            for key, row in dealt.items()
+            for seq, violation in enumerate(round_violations(_round_record(key, row)))
+        ]
+        if found:
+            copy_rows(
+                conn,
+                self.table("proj_round_violations"),
+                ("round_id", "seq", "position", "check", "detail"),
+                found,
+            )
+        newly = len(dealt.keys() - dealt_before)
+        if newly:
+            totals = self.table("proj_round_totals")
+            add_rows(conn, totals, ("name",), ("checked",), [(DEALT, newly)])
 
 
 def _dumps(document: object) -> str:
@@ -237,3 +282,26 @@ def _fold(row: list[Any], event: RecordedEvent, payload: Any) -> None:
     elif kind == RoundVoided.type:
         row[_STATUS], row[_VOIDED], row[_VOID_REASON] = VOIDED, True, payload["reason"]
         row[_ENDED] = event.recorded_at
+
+
+def _round_record(round_id: str, row: list[Any]) -> RoundRecord:
+    return RoundRecord(
+        round_id=round_id,
+        table_id=row[_TABLE],
+        number=row[_NUMBER],
+        opened_at=row[_OPENED],
+        shoe_id=row[_SHOE],
+        status=row[_STATUS],
+        outcome=row[_OUTCOME],
+        player_total=row[_PLAYER_TOTAL],
+        banker_total=row[_BANKER_TOTAL],
+        cards=tuple(row[_CARDS].obj),
+        bets=tuple(row[_BETS].obj),
+        wagered=row[_WAGERED],
+        paid_out=row[_PAID],
+        commission=row[_COMMISSION],
+        voided=row[_VOIDED],
+        void_reason=row[_VOID_REASON],
+        ended_at=row[_ENDED],
+        position=row[_POSITION],
+    )

@@ -1,11 +1,12 @@
 """The significant-event log: operator actions, malfunctions, voids, recoveries, keys, limits.
 
-It is read straight from the event log, so it cannot disagree with it: an entry is an event of
-one of the significant types, or any event an operator or recovery appended
-(service/regulator/significant.py).
-Each entry says when, who, in which role, why (the event's reason, when it has one) and what
-changed (its stream and facts). Listing scans the log; a projection can replace the scan
-without changing the answer.
+An entry is an event of one of the significant types, or any event an operator or recovery
+appended (service/application/read_models/significant.py). Each entry says when, who, in which
+role, why (the event's reason, when it has one) and what changed (its stream and facts).
+
+Listing reads the significant-event read model up to its checkpoint, through its indexes, and
+the log after the checkpoint (what the projector has not applied yet), so the answer is the
+log's own and the cost of a page does not grow with the log's age.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from flask.views import MethodView
 from events.canonical import format_timestamp
 from events.store import EventStore, RecordedEvent
 from service.application.keys import Role
-from service.regulator.significant import KINDS, kind_of
+from service.application.read_models.queries import ProjectionService
+from service.application.read_models.significant import KINDS, kind_of
 from service.web.api import Blueprint, container
 from service.web.auth import roles
 from service.web.fields import DEFAULT_PAGE, MAX_PAGE, id_field, instant_field
@@ -60,10 +62,32 @@ def _matches(event: RecordedEvent, filters: Filters) -> bool:
 
 
 def significant_events(
-    store: EventStore, filters: Filters, after: int, limit: int
+    store: EventStore,
+    filters: Filters,
+    after: int,
+    limit: int,
+    read_models: ProjectionService | None = None,
 ) -> tuple[list[dict[str, Any]], int | None]:
-    """Up to `limit` entries after log position `after`, and the cursor of the next page."""
+    """Up to `limit` entries after log position `after`, and the cursor of the next page.
+
+    Without read models (the in-memory wiring) the log is scanned from `after`.
+    """
     entries: list[dict[str, Any]] = []
+    if read_models is not None:
+        # One more than a page, to know whether there is a next one.
+        found, checkpoint = read_models.significant(
+            after,
+            limit + 1,
+            type=filters.type,
+            actor=filters.actor,
+            table_id=filters.table_id,
+            start=filters.start,
+            end=filters.end,
+        )
+        entries = [_entry(event, kind) for kind, event in found]
+        if len(entries) > limit:
+            return entries[:limit], entries[limit - 1]["position"]
+        after = max(after, checkpoint)
     for event in _log(store, after):
         kind = kind_of(event)
         if kind is None or not _matches(event, filters):
@@ -164,7 +188,8 @@ class SignificantEvents(MethodView):
             start=query.get("start"),
             end=query.get("end"),
         )
+        wiring = container()
         entries, cursor = significant_events(
-            container().store, filters, query["after"], query["limit"]
+            wiring.store, filters, query["after"], query["limit"], wiring.projections
         )
         return {"events": entries, "next_after": cursor}

@@ -50,11 +50,25 @@ class MessageSchema(ma.Schema):
     version = ma.fields.Integer(required=True, metadata={"description": "In the table's chat."})
 
 
+class ChatQuerySchema(PageQuerySchema):
+    """A page of a table's messages: the latest, or those before a version."""
+
+    before = ma.fields.Integer(
+        validate=ma.validate.Range(min=1),
+        metadata={"description": "Only messages before this chat version (the next page)."},
+    )
+
+
 class MessagesSchema(ma.Schema):
-    """A table's latest messages, oldest first."""
+    """A page of a table's messages, oldest first."""
 
     table_id = ma.fields.String(required=True)
     messages = ma.fields.List(ma.fields.Nested(MessageSchema), required=True)
+    next_before = ma.fields.Integer(
+        allow_none=True,
+        required=True,
+        metadata={"description": "Pass as `before` for older messages; null at the first."},
+    )
 
 
 class ModerationSchema(ma.Schema):
@@ -79,12 +93,25 @@ class Chat(MethodView):
     """A table's chat."""
 
     @roles(*READERS)
-    @blp.arguments(PageQuerySchema, location="query")
+    @blp.arguments(ChatQuerySchema, location="query")
     @blp.response(200, MessagesSchema)
     def get(self, page: dict[str, Any], table_id: str) -> dict[str, Any]:
-        """Read a table's latest messages, oldest first."""
-        messages = container().chat.recent(table_id, limit=page.get("limit", DEFAULT_PAGE))
-        return {"table_id": table_id, "messages": [_message(m) for m in messages]}
+        """Read a page of a table's messages, oldest first: the latest, or those before one."""
+        limit = page.get("limit", DEFAULT_PAGE)
+        wiring = container()
+        # The chat read model, paged by version through proj_chat's primary key (table_id,
+        # version); the chat stream's last versions only in the in-memory wiring.
+        if wiring.projections is None:
+            messages = wiring.chat.recent(table_id, limit, page.get("before"))
+        else:
+            wiring.games.table(table_id)  # an unknown table is a 404; a read never writes
+            messages = wiring.projections.chat(table_id, limit, page.get("before"))
+        first = messages[0].version if messages else None
+        return {
+            "table_id": table_id,
+            "messages": [_message(m) for m in messages],
+            "next_before": first if len(messages) == limit and first and first > 1 else None,
+        }
 
     @roles(Role.FRONTEND)
     @blp.arguments(NewMessageSchema)

@@ -10,7 +10,7 @@ from rq.serializers import JSONSerializer
 
 from service.application.keys import Role
 from service.application.read_models import projector
-from service.runtime.scheduler import WINDOW_QUEUE, redis_for_requests
+from service.runtime.scheduler import REBUILD_QUEUE, redis_for_requests
 from service.web.api import Blueprint, container, projections
 from service.web.auth import OVERSIGHT, roles
 from service.web.problems import Problem
@@ -63,7 +63,7 @@ class RebuildSchema(ma.Schema):
         load_default=False,
         metadata={
             "description": "Rebuild within this request (small logs) instead of queueing a job"
-            " per read model for `shoebox worker`."
+            " per read model for `shoebox worker --rebuilds`."
         },
     )
 
@@ -152,7 +152,8 @@ class Rebuild(MethodView):
             raise Problem(
                 503, "service-unavailable", "No job queue is configured; rebuild with wait=true."
             )
-        queue = Queue(WINDOW_QUEUE, connection=redis_for_requests(url), serializer=JSONSerializer)
+        # Never the windows' queue: a rebuild there would hold up every betting window.
+        queue = Queue(REBUILD_QUEUE, connection=redis_for_requests(url), serializer=JSONSerializer)
         jobs: list[str] = []
         try:
             for name in names:

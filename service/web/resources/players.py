@@ -13,6 +13,7 @@ from flask.views import MethodView
 from domain.player_limits import LimitChangedThisWeek, PlayerLimit
 from service.application.keys import Role
 from service.application.players import RoundHistory
+from service.application.read_models.queries import history
 from service.web.api import Blueprint, actor, container, projections
 from service.web.auth import READERS, roles
 from service.web.fields import PLAYER_ID_PARAMETER, PageQuerySchema, pence_field
@@ -58,6 +59,10 @@ class RoundsQuerySchema(PageQuerySchema):
         validate=ma.validate.Range(min=1, max=100),
         metadata={"description": "At most this many rounds, 1 to 100."},
     )
+    before = ma.fields.Integer(
+        validate=ma.validate.Range(min=1),
+        metadata={"description": "Only rounds opened before this log position (next page)."},
+    )
 
 
 class PlayedBetSchema(BetEntrySchema):
@@ -97,6 +102,11 @@ class PlayedRoundsSchema(ma.Schema):
 
     player_id = ma.fields.String(required=True)
     rounds = ma.fields.List(ma.fields.Nested(PlayedRoundSchema), required=True)
+    next_before = ma.fields.Integer(
+        allow_none=True,
+        required=True,
+        metadata={"description": "Pass as `before` for the next page; null on the last."},
+    )
 
 
 def _limit(limit: PlayerLimit) -> dict[str, Any]:
@@ -172,13 +182,23 @@ class Rounds(MethodView):
         """Read a player's latest rounds: bets, cards, outcome and payout, newest first."""
         limit = page.get("limit", DEFAULT_ROUNDS)
         read_models = container().projections
-        # The round history read model; the table streams only in the in-memory wiring.
-        rounds = (
-            container().players.rounds(player_id, limit=limit)
-            if read_models is None
-            else read_models.player_rounds(player_id, limit=limit)
-        )
-        return {"player_id": player_id, "rounds": [_round(r) for r in rounds]}
+        if read_models is None:
+            # The table streams only in the in-memory wiring, which has no read models: one
+            # page, the latest.
+            rounds = container().players.rounds(player_id, limit=limit)
+            return {
+                "player_id": player_id,
+                "rounds": [_round(r) for r in rounds],
+                "next_before": None,
+            }
+        # The round history read model, through proj_round_players_player_position
+        # (player_id, position): a keyset page, whatever the player's history.
+        records = read_models.player_round_records(player_id, limit, page.get("before"))
+        return {
+            "player_id": player_id,
+            "rounds": [_round(history(r, player_id)) for r in records],
+            "next_before": records[-1].position if len(records) == limit else None,
+        }
 
 
 class PlayerHistorySchema(ma.Schema):

@@ -5,7 +5,7 @@ from typing import Any
 import marshmallow as ma
 from flask.views import MethodView
 
-from service.application.read_models.queries import RoundRecord
+from service.application.read_models.invariants import RoundRecord
 from service.web.api import Blueprint, projections
 from service.web.auth import READERS, roles
 from service.web.fields import (

@@ -58,7 +58,8 @@ class ShoeVerificationSchema(ma.Schema):
 
 def _record(shoe_id: str) -> ShoeRecord:
     try:
-        return find_shoe(container().store, shoe_id)
+        wiring = container()
+        return find_shoe(wiring.store, shoe_id, wiring.projections)
     except NotInLogError as error:
         raise Problem(404, "not-found", f"{error}.") from None
 

@@ -1,0 +1,426 @@
+"""What one operation costs as a table's history grows: 1x, 10x and 100x, in one run.
+
+History is built fast, not played over HTTP: one busy table deals coup after coup through the
+domain's own `decide` and `evolve` (bench/verify.py's Simulation: three seated players bet and
+press Deal, the wallets' stakes and payouts beside them, a chat message every few coups), and
+each coup is one append through the real `PostgresEventStore`, as the service would make it.
+A hundred other tables stand idle. The read models are caught up before anything is measured.
+
+At each size the database is copied (CREATE DATABASE ... TEMPLATE) and the operations are
+measured on the copy, through the real Flask app over PostgreSQL (its test client, so the
+figure is the request's own cost, not a socket's), so the history that grows is never touched
+by the requests. Each figure is a median of repeats; the table printed at the end gives each
+operation's median at every size and its 100x/1x ratio (goal: at most 1.25, except the
+whole-history export, which must stay linear in its output with flat memory: it runs in a
+process of its own so its peak RSS can be read).
+
+Run: PYTHONPATH=. .venv/bin/python -m bench.growth            # 200, 2,000, 20,000 coups
+     PYTHONPATH=. .venv/bin/python -m bench.growth --quick    # 75, 225, 750: a smoke test
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from bench.common import server_url, throwaway_database, with_dbname
+from bench.verify import Simulation
+from domain.chat import PostMessage, decide_post
+from domain.shoe import ServerSeed
+from domain.table import CreateTable, OpenShoe, RetireShoe, RevealShoe, TableEvent, decide
+from events.migrations import apply_migrations
+from events.postgres import PostgresEventStore, app_conninfo, open_pool
+from events.store import EventMetadata, StreamAppend
+from service.application.game.recovery import recover
+from service.application.game.tables import GameService
+from service.application.keys import Role, create_key
+from service.application.read_models import projector
+from service.application.streams import chat_stream, table_stream, to_new_event
+from service.regulator.export import build_export
+from service.regulator.log_index import PostgresLogIndex
+from service.runtime.settings import Settings
+from service.web.api import EXTENSION
+from service.web.app import create_app
+
+ROOT = Path(__file__).resolve().parents[1]
+BUSY = "BUSY"
+IDLE_TABLES = 100
+PLAYERS = 3
+CHAT_EVERY = 4
+PLAY = EventMetadata(actor="bench-frontend", role="frontend")
+OPS = EventMetadata(actor="bench-ops", role="ops")
+GOAL = 1.25
+
+
+class Clock:
+    """The simulation's clock, which the store stamps each append with."""
+
+    def __init__(self, now: datetime) -> None:
+        self.now = now
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+class Growth(Simulation):
+    """The busy table: coup after coup, shoes opened and retired as they run out."""
+
+    def __init__(self, start: datetime) -> None:
+        super().__init__(BUSY, PLAYERS, seed=12)
+        self.clock = start
+        self.chat_version = 0
+        self.coups = 0
+        self.nonce = 0
+        self.shoe: tuple[str, ServerSeed, tuple[int, ...]] | None = None
+        self.shoe_periods: list[tuple[str, datetime, datetime]] = []
+        self._shoe_started = start
+
+    def setup(self) -> Iterator[tuple[list[StreamAppend], EventMetadata]]:
+        """The tables, and the busy table's players seated with money."""
+        for append in self.appends(0):
+            yield append.streams, OPS
+        for number in range(1, IDLE_TABLES + 1):
+            events = [to_new_event(e) for e in _create(f"IDLE-{number}", self.clock)]
+            yield [StreamAppend(table_stream(f"IDLE-{number}"), 0, events)], OPS
+
+    def deal(self, coups: int) -> Iterator[tuple[list[StreamAppend], EventMetadata]]:
+        """`coups` more coups, opening and retiring shoes as they run out."""
+        for _ in range(coups):
+            if self.shoe is None:
+                yield self._open_shoe(), OPS
+            assert self.shoe is not None
+            shoe_id, seed, cards = self.shoe
+            coup = self._coup(shoe_id, cards)
+            self.coups += 1
+            streams = coup.streams
+            if self.coups % CHAT_EVERY == 0:
+                streams = [*streams, self._chat()]
+            yield streams, PLAY
+            live = self.table.shoe if self.table is not None else None
+            if live is not None and not live.can_deal:
+                base = self.table_version
+                events = self._decide(RetireShoe(), RevealShoe(shoe_id, seed.reveal()))
+                self.shoe_periods.append((shoe_id, self._shoe_started, self.clock))
+                self.shoe = None
+                yield [self._appended(base, events)], OPS
+
+    def _open_shoe(self) -> list[StreamAppend]:
+        assert self.table is not None
+        self.nonce += 1
+        seed = ServerSeed.generate()
+        client_seed = f"growth-{self.nonce}"
+        shuffled = seed.shuffle(client_seed, self.nonce, self.table.settings.decks)
+        shoe_id = f"{BUSY}-shoe-{self.nonce}"
+        command = OpenShoe(
+            shoe_id, seed.commitment, client_seed, self.nonce, self.table.settings.decks,
+            shuffled.hands,
+        )  # fmt: skip
+        self.shoe = (shoe_id, seed, shuffled.cards)
+        self._shoe_started = self._tick()
+        base = self.table_version
+        return [self._appended(base, self._decide(command))]
+
+    def _chat(self) -> StreamAppend:
+        assert self.table is not None
+        player = self.players[self.coups % len(self.players)]
+        posted = decide_post(self.table, PostMessage(player, f"coup {self.coups}"), self.clock)
+        append = StreamAppend(
+            chat_stream(BUSY), self.chat_version, [to_new_event(e) for e in posted]
+        )
+        self.chat_version += len(posted)
+        return append
+
+
+def _create(table_id: str, now: datetime) -> list[TableEvent]:
+    return list(decide(None, CreateTable(table_id), now))
+
+
+def append_all(
+    store: PostgresEventStore,
+    clock: Clock,
+    growth: Growth,
+    appends: Iterator[tuple[list[StreamAppend], EventMetadata]],
+) -> int:
+    """Append each through the store, stamped with the simulation's time; the events written."""
+    written = 0
+    for streams, metadata in appends:
+        clock.now = growth.clock
+        store.append(streams, metadata)
+        written += sum(len(s.events) for s in streams)
+    return written
+
+
+@dataclass
+class Figures:
+    """Each operation's samples in seconds, by size."""
+
+    samples: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+
+    def add(self, operation: str, size: str, seconds: float) -> None:
+        self.samples.setdefault(operation, {}).setdefault(size, []).append(seconds)
+
+    def median(self, operation: str, size: str) -> float | None:
+        found = self.samples.get(operation, {}).get(size)
+        return statistics.median(found) if found else None
+
+
+class Client:
+    """The real app over one database, and a key per role."""
+
+    def __init__(self, database: str, keys: dict[Role, str]) -> None:
+        self.app = create_app(Settings(database_url=database), pool_size=4)
+        self.client = self.app.test_client()
+        self.keys = keys
+
+    def call(self, method: str, path: str, role: Role, body: Any = None, *, allow: int = 0) -> Any:
+        headers = {"Authorization": f"Bearer {self.keys[role]}"}
+        response = self.client.open(path, method=method, headers=headers, json=body)
+        if response.status_code >= 400 and response.status_code != allow:
+            raise RuntimeError(f"{method} {path}: {response.status_code} {response.get_data()!r}")
+        return response.get_json()
+
+    def close(self) -> None:
+        self.app.extensions[EXTENSION].close()
+
+
+def timed(run: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    run()
+    return time.perf_counter() - start
+
+
+def measure(
+    figures: Figures,
+    size: str,
+    database: str,
+    growth: Growth,
+    keys: dict[Role, str],
+    repeats: int,
+) -> None:
+    """Every operation at one size, on a database the measurements may write to."""
+    conninfo = app_conninfo(database, environ={})
+    with open_pool(conninfo, max_size=6) as pool:
+        clock = Clock(growth.clock)
+        store = PostgresEventStore(pool, clock)
+        # The projector catching up on one new coup (on a copy of the simulation).
+        twin = copy.deepcopy(growth)
+        for _ in range(repeats):
+            append_all(store, clock, twin, twin.deal(1))
+            figures.add(
+                "projector: catch up one coup", size, timed(lambda: projector.catch_up(pool))
+            )
+        player = growth.players[0]
+        bet = {"player_id": player, "spot": "banker", "stake_pence": 100}
+        bets = f"/v1/tables/{BUSY}/bets"
+        # Taking the bet back may find the round gone: when a cold load outlasts the 15 s
+        # window, the next request closes it with nobody in play and the stake comes back.
+        withdraw = f"{bets}/{player}"
+        # Cold: a new app, with empty caches, for each sample.
+        for _ in range(repeats):
+            state = Client(database, keys)
+            path = f"/v1/tables/{BUSY}/state"
+            figures.add(
+                "cold GET /state", size, timed(partial(state.call, "GET", path, Role.FRONTEND))
+            )
+            state.close()
+            cold = Client(database, keys)
+            first_bet = partial(cold.call, "POST", bets, Role.FRONTEND, bet)
+            figures.add("cold first bet", size, timed(first_bet))
+            cold.call("DELETE", withdraw, Role.FRONTEND, allow=409)
+            cold.close()
+            # A recovery sweep as a worker's first: a new service, nothing cached.
+            fresh = PostgresEventStore(pool, _now)
+            games = GameService(fresh, _now)
+            figures.add("recovery sweep", size, timed(partial(recover, fresh, games, _now)))
+        warm = Client(database, keys)
+        shoe_id = growth.shoe_periods[-1][0]
+        reads = {
+            "significant events, first page": (
+                "/v1/audit/significant-events?limit=50", Role.REGULATOR,
+            ),
+            "shoe lookup": (f"/v1/shoes/{shoe_id}", Role.REGULATOR),
+            "chat, a page": (f"/v1/tables/{BUSY}/chat?limit=50", Role.FRONTEND),
+            "a player's rounds, a page": (f"/v1/players/{player}/rounds?limit=20", Role.FRONTEND),
+            "invariants check": ("/v1/ops/invariants", Role.OPS),
+        }  # fmt: skip
+        for path, role in reads.values():
+            warm.call("GET", path, role)
+        warm.call("POST", bets, Role.FRONTEND, bet)
+        warm.call("DELETE", withdraw, Role.FRONTEND, allow=409)
+        index = PostgresLogIndex(pool)
+        _, start, end = growth.shoe_periods[-1]
+        for _ in range(repeats):
+            figures.add(
+                "warm bet", size, timed(lambda: warm.call("POST", bets, Role.FRONTEND, bet))
+            )
+            warm.call("DELETE", withdraw, Role.FRONTEND, allow=409)
+            for name, (path, role) in reads.items():
+                figures.add(name, size, timed(partial(warm.call, "GET", path, role)))
+            figures.add(
+                "export of one shoe", size,
+                timed(lambda: sum(1 for _ in build_export(store, BUSY, start, end, index))),
+            )  # fmt: skip
+        warm.close()
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def whole_export(database: str, start: datetime, end: datetime) -> tuple[float, int, int]:
+    """The busy table's whole history exported in a process of its own: seconds, lines, peak
+    RSS in KiB."""
+    code = (
+        "import resource, sys, time\n"
+        "from datetime import datetime\n"
+        "from events.postgres import PostgresEventStore, app_conninfo, open_pool\n"
+        "from service.regulator.export import build_export\n"
+        "from service.regulator.log_index import PostgresLogIndex\n"
+        "with open_pool(app_conninfo(sys.argv[1], environ={})) as pool:\n"
+        "    began = time.perf_counter()\n"
+        "    lines = 0\n"
+        "    store = PostgresEventStore(pool)\n"
+        "    for line in build_export(store, sys.argv[2], datetime.fromisoformat(sys.argv[3]),"
+        " datetime.fromisoformat(sys.argv[4]), PostgresLogIndex(pool)):\n"
+        "        lines += 1\n"
+        "    took = time.perf_counter() - began\n"
+        "print(took, lines, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, database, BUSY, start.isoformat(), end.isoformat()],
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    seconds, lines, rss = result.stdout.split()
+    return float(seconds), int(lines), int(rss)
+
+
+def copy_database(admin: str, source: str, target: str) -> None:
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                sql.Identifier(target), sql.Identifier(source)
+            )
+        )
+
+
+def drop_database(admin: str, name: str) -> None:
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="75, 225 and 750 coups, 3 repeats")
+    parser.add_argument("--base", type=int, default=200, help="coups at 1x (default 200)")
+    parser.add_argument("--repeats", type=int, default=7)
+    options = parser.parse_args(argv)
+    sizes = (
+        [20, 60, 200] if options.quick else [options.base, options.base * 10, options.base * 100]
+    )
+    labels = ["1x", "3x", "10x"] if options.quick else ["1x", "10x", "100x"]
+    repeats = 3 if options.quick else options.repeats
+    admin = server_url()
+    figures = Figures()
+    exports: list[tuple[str, int, float, int, int]] = []
+    began = time.perf_counter()
+    with throwaway_database(admin, "growth") as database:
+        apply_migrations(database)
+        name = str(psycopg.conninfo.conninfo_to_dict(database)["dbname"])
+        # The simulation's time runs in the past, up to a second a coup, so that the requests
+        # measured at the real time find every window of its rounds long closed.
+        start = _now() - timedelta(seconds=sizes[-1] * 2 + 86_400)
+        growth = Growth(start)
+        events = 0
+        keys: dict[Role, str] = {}
+        conninfo = app_conninfo(database, environ={})
+        built = 0
+        for size, label in zip(sizes, labels, strict=True):
+            with open_pool(conninfo, max_size=4) as pool:
+                clock = Clock(growth.clock)
+                store = PostgresEventStore(pool, clock)
+                building = time.perf_counter()
+                before = events
+                if built == 0:
+                    events += append_all(store, clock, growth, growth.setup())
+                    for role in (Role.FRONTEND, Role.REGULATOR, Role.OPS):
+                        keys[role] = create_key(store, f"growth {role.value}", role, OPS).secret
+                events += append_all(store, clock, growth, growth.deal(size - built))
+                # End on a whole shoe, so the last shoe looked up and exported is complete.
+                while not growth.shoe_periods or growth.shoe is not None:
+                    events += append_all(store, clock, growth, growth.deal(1))
+                built = growth.coups
+                wrote = time.perf_counter() - building
+                # A rebuild from position 0 is the fast way to bring every model up to date
+                # (parallel, COPY); the live projector's way is measured below, one coup at
+                # a time.
+                catching = time.perf_counter()
+                projector.rebuild(pool)
+                caught = time.perf_counter() - catching
+            print(
+                f"{label}: {growth.coups:,} coups, {events:,} events; appended in {wrote:.1f} s"
+                f" ({(events - before) / max(wrote, 1e-9):,.0f} events/s), projections"
+                f" rebuilt in {caught:.1f} s",
+                file=sys.stderr,
+            )
+            copy = f"{name}_m"
+            copy_database(admin, name, copy)
+            try:
+                measuring = with_dbname(database, copy)
+                measure(figures, label, measuring, growth, keys, repeats)
+                seconds, lines, rss = whole_export(measuring, start, growth.clock)
+                exports.append((label, growth.coups, seconds, lines, rss))
+            finally:
+                drop_database(admin, copy)
+    print(f"\nbuilt and measured in {time.perf_counter() - began:.0f} s\n")
+    print(render(figures, labels))
+    print()
+    print("| whole-history export | coups | lines | seconds | lines/s | peak RSS |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for label, coups, seconds, lines, rss in exports:
+        print(
+            f"| {label} | {coups:,} | {lines:,} | {seconds:.2f} | {lines / seconds:,.0f} |"
+            f" {rss / 1024:.0f} MiB |"
+        )
+    return 0
+
+
+def render(figures: Figures, labels: list[str]) -> str:
+    """The medians in ms at each size, the ratio of the last to the first, and the worst."""
+    head = "| operation | " + " | ".join(labels) + f" | {labels[-1]}/{labels[0]} | goal |"
+    rows = [head, "|---|" + "---:|" * len(labels) + "---:|---|"]
+    worst: tuple[float, str] | None = None
+    for operation in figures.samples:
+        medians = [figures.median(operation, label) for label in labels]
+        first, last = medians[0], medians[-1]
+        ratio = last / first if first and last else float("nan")
+        if worst is None or ratio > worst[0]:
+            worst = (ratio, operation)
+        cells = " | ".join("-" if m is None else f"{m * 1000:.1f} ms" for m in medians)
+        verdict = "met" if ratio <= GOAL else "**missed**"
+        rows.append(f"| {operation} | {cells} | {ratio:.2f} | {verdict} |")
+    if worst is not None:
+        rows.append(f"\ngrows most: {worst[1]} (x{worst[0]:.2f})")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

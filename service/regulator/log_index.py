@@ -1,0 +1,103 @@
+"""The export's index reads: where a table's slice lies, and its shoes' published facts.
+
+These read the log itself, never a read model, so an export never depends on a projector having
+caught up; each goes through an index of migrations/0010_read_models.sql, so the cost of an
+export grows with its own slice, not with the log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterator
+from datetime import datetime
+from typing import Final
+
+from psycopg import sql
+
+from domain.table import ShoeOpened, ShoeRetired, ShoeRevealed
+from events.postgres import EVENT_COLUMNS, Pool, event_rows
+from events.store import RecordedEvent
+from events.upcasting import Upcasters
+from service.application.streams import WALLET, table_stream
+
+# Through events_stream_recorded_at (stream_id, recorded_at): the table's events in the period.
+_TABLE_BOUNDS: Final = """
+SELECT min(position), max(position) FROM events
+WHERE stream_id = %s AND recorded_at >= %s AND recorded_at <= %s
+"""
+# The last wallet event of any round the table has an event of in the period: the rounds come
+# from events_stream_recorded_at, their wallet events from events_wallet_round (round_id,
+# position), whose predicate the literal category matches. All on the server, so a
+# whole-history export holds no list of its rounds in memory.
+_MONEY_BOUND: Final = sql.SQL(
+    """
+SELECT max(w.position) FROM events AS w
+WHERE w.category = {wallet} AND (w.payload ->> 'table_id') = %s
+  AND (w.payload ->> 'round_id') IN (
+      SELECT DISTINCT t.payload ->> 'round_id' FROM events AS t
+      WHERE t.stream_id = %s AND t.recorded_at >= %s AND t.recorded_at <= %s
+        AND t.payload ? 'round_id')
+"""
+).format(wallet=sql.Literal(WALLET))
+# Through events_shoe (shoe_id, position), whose predicate names the three shoe event types:
+# literals here, so that the planner can prove the index applies.
+_SHOE_EVENTS: Final = sql.SQL(
+    "SELECT {columns} FROM events WHERE (payload ->> 'shoe_id') = ANY(%s) AND stream_id = %s"
+    " AND type IN ({opened}, {retired}, {revealed}) ORDER BY position"
+).format(
+    columns=sql.SQL(EVENT_COLUMNS),
+    opened=sql.Literal(ShoeOpened.type),
+    retired=sql.Literal(ShoeRetired.type),
+    revealed=sql.Literal(ShoeRevealed.type),
+)
+
+
+# Through events' unique (stream_id, version): a bounded batch of a stream, by version.
+_STREAM_BATCH: Final = (
+    "SELECT " + EVENT_COLUMNS + " FROM events"  # noqa: S608 - constants only
+    " WHERE stream_id = %s AND version > %s AND version <= %s ORDER BY version LIMIT %s"
+)
+BATCH_SIZE: Final = 5000
+
+
+class PostgresLogIndex:
+    """The export's index reads over a pool of the log's database."""
+
+    def __init__(self, pool: Pool, upcasters: Upcasters | None = None) -> None:
+        self._pool = pool
+        self._upcasters = upcasters if upcasters is not None else Upcasters()
+
+    def slice_bounds(
+        self, table_id: str, start: datetime, end: datetime
+    ) -> tuple[int | None, int | None]:
+        """From the table's first event in the period to the last event its rounds' money needs."""
+        stream = table_stream(table_id)
+        with self._pool.connection() as conn, conn.transaction():
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            row = conn.execute(_TABLE_BOUNDS, [stream, start, end]).fetchone()
+            if row is None or row[0] is None:
+                return None, None
+            first, last = int(row[0]), int(row[1])
+            money = conn.execute(_MONEY_BOUND, [table_id, stream, start, end]).fetchone()
+        if money is not None and money[0] is not None:
+            last = max(last, int(money[0]))
+        return first, last
+
+    def shoe_events(self, stream_id: str, shoe_ids: Collection[str]) -> list[RecordedEvent]:
+        """The opening, retirement and reveal of each of these shoes of one table."""
+        with self._pool.connection() as conn:
+            cursor = conn.cursor(row_factory=event_rows)
+            return cursor.execute(_SHOE_EVENTS, [sorted(shoe_ids), stream_id]).fetchall()
+
+    def stream_batches(self, stream_id: str, to_version: int) -> Iterator[list[RecordedEvent]]:
+        """A stream's events up to `to_version`, upcast as the store's reads are, in batches."""
+        after = 0
+        while after < to_version:
+            with self._pool.connection() as conn:
+                cursor = conn.cursor(row_factory=event_rows)
+                batch = cursor.execute(
+                    _STREAM_BATCH, [stream_id, after, to_version, BATCH_SIZE]
+                ).fetchall()
+            if not batch:
+                return
+            yield self._upcasters.upcast_all(batch)
+            after = batch[-1].version
