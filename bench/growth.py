@@ -375,6 +375,10 @@ def main(argv: list[str] | None = None) -> int:
                 catching = time.perf_counter()
                 projector.rebuild(pool)
                 caught = time.perf_counter() - catching
+            # Statistics, as autovacuum would gather them after a bulk load: without them the
+            # planner guesses, and the guesses of a freshly loaded table are not production's.
+            with psycopg.connect(database, autocommit=True) as conn:
+                conn.execute("ANALYZE")
             print(
                 f"{label}: {growth.coups:,} coups, {events:,} events; appended in {wrote:.1f} s"
                 f" ({(events - before) / max(wrote, 1e-9):,.0f} events/s), projections"
