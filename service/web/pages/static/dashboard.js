@@ -102,7 +102,16 @@ async function refresh() {
   }
   const overview = answer.body;
   const tables = $("tables");
+  // The tables are drawn afresh at every refresh (each feed event asks for one): what an
+  // operator is typing into a form, and where the cursor is, must survive it.
+  const typed = new Map([...tables.querySelectorAll("input")].map((input) => [input.id, input.value]));
+  const focused = document.activeElement?.id;
   tables.replaceChildren(...overview.tables.map(drawTable));
+  for (const [id, value] of typed) {
+    const input = document.getElementById(id);
+    if (input && value) input.value = value;
+  }
+  if (focused) document.getElementById(focused)?.focus();
   const lag = overview.projections?.projections ?? [];
   $("lag").textContent = lag.length ? lag.map((p) => `${p.name} ${p.lag_events} events`).join(", ") : "—";
   $("queue").textContent = overview.queue_depth ?? "no queue";
