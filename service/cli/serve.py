@@ -15,6 +15,7 @@ another process with Last-Event-ID.
 
 import contextlib
 import importlib
+import logging
 import os
 import shutil
 import sys
@@ -62,6 +63,26 @@ class ShoeboxServer(BaseApplication):  # type: ignore[misc]
         """Build the app; gunicorn calls this in each worker, so each opens its own pool."""
         cooperate_with_gevent()
         return self._factory()
+
+    def run(self) -> None:
+        """Run the master; a worker forked by it leaves with os._exit, never by unwinding.
+
+        Gunicorn forks each worker deep inside the master's stack and lets it leave by raising
+        SystemExit. Unwound, that exit would run the master's context managers in the worker:
+        the first worker to stop would delete the metrics directory the others still write to,
+        and release the master's hold on an embedded PostgreSQL.
+        """
+        master = os.getpid()
+        try:
+            super().run()
+        except SystemExit as leaving:
+            if os.getpid() == master:
+                raise
+            code = leaving.code if isinstance(leaving.code, int) else int(leaving.code is not None)
+            logging.shutdown()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
 
 
 def cooperate_with_gevent() -> None:

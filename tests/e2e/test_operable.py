@@ -6,8 +6,10 @@ SHOEBOX_MIGRATIONS_DIR rather than beside the source, and a database of the test
 """
 
 import json
+import os
 import re
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -173,6 +175,39 @@ def test_sigterm_lets_a_request_in_flight_finish_and_the_server_exit_cleanly(
         status, dealt = answers[0]
         assert status == 200, dealt
         assert dealt["coup"] is not None
+        assert server.stop() == 0
+
+
+def _workers_of(master: int) -> set[int]:
+    children = Path(f"/proc/{master}/task/{master}/children").read_text().split()
+    return {int(pid) for pid in children}
+
+
+def test_a_worker_that_stops_leaves_the_masters_metrics_and_database_to_the_others(
+    database: str, tmp_path: Path
+) -> None:
+    """A worker is forked inside the master's context managers; leaving must not unwind them.
+
+    It once did: the first worker to stop deleted the metrics directory, and every later count
+    in the other workers failed with a 500 (and would have released an embedded PostgreSQL).
+    """
+    ops = create_key(database, "ops")
+    with serve(database, tmp_path / "serve.log", workers=1) as server:
+        server.ok("POST", "/v1/tables", ops, {"table_id": "T1"})
+        (first,) = _workers_of(server.process.pid)
+        os.kill(first, signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        while not (_workers_of(server.process.pid) - {first}):
+            assert time.monotonic() < deadline, "gunicorn did not replace the worker"
+            time.sleep(0.1)
+        status, body = 0, None
+        while time.monotonic() < deadline:
+            status, body = server.call("POST", "/v1/tables", ops, {"table_id": "T2"})
+            if status != 503:  # the new worker may still be building its app
+                break
+            time.sleep(0.1)
+        assert status == 201, body
+        assert _sample(_metrics(server), "shoebox_events_appended_total", type="TableCreated") == 2
         assert server.stop() == 0
 
 
