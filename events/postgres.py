@@ -7,6 +7,7 @@ from collections import deque
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, Final, TypeVar, cast
 
@@ -60,7 +61,12 @@ T = TypeVar("T")
 # in one statement run in autocommit, so that the statement is the whole transaction. Since
 # 0004 it records max(our clock's reading, the head's recorded_at): the reading is taken
 # before the lock, and the log's time must never run backwards along its positions.
-_APPEND = "SELECT first_position, last_position, replayed_result FROM append_events(%s, %s, %s)"
+# Since 0011 it also stores the response to the idempotency key, in the same transaction, and a
+# replay returns the stored response beside the stored result.
+_APPEND = (
+    "SELECT first_position, last_position, replayed_result, replayed_response"
+    " FROM append_events(%s, %s, %s, %s)"
+)
 _CONCURRENCY_CONFLICT = "SB001"
 _LOCK_NOT_AVAILABLE = "55P03"
 _QUERY_CANCELED = "57014"
@@ -349,8 +355,11 @@ class PostgresEventStore(EventStore):
         metadata = stamp_metadata(metadata, idempotency)
         recorded_at = to_utc(self._clock())
         documents = append_documents(streams, metadata, recorded_at)
-        key = None if idempotency is None else idempotency.key
-        fingerprint = None if idempotency is None else idempotency.fingerprint
+        key = fingerprint = response = None
+        if idempotency is not None:
+            key, fingerprint = idempotency.key, idempotency.fingerprint
+            if idempotency.response is not None:
+                response = _json(normalise(idempotency.response))
         # One autocommit statement is one transaction and one round trip: the function's table
         # lock is released by a commit that the server runs without waiting for us.
         with _one_statement(self._pool) as conn:
@@ -359,7 +368,9 @@ class PostgresEventStore(EventStore):
                 # failed append made the server skip its Parse, and fail on its next use.
                 with conn.pipeline():
                     conn.execute(_BOUND_WAITS, self._waits, prepare=False)
-                    cursor = conn.execute(_APPEND, [documents, key, fingerprint], prepare=False)
+                    cursor = conn.execute(
+                        _APPEND, [documents, key, fingerprint, response], prepare=False
+                    )
                     conn.execute(_RESET_LOCK_TIMEOUT, prepare=False)
                     conn.execute(_RESET_STATEMENT_TIMEOUT, prepare=False)
                 row = cursor.fetchone()
@@ -369,9 +380,12 @@ class PostgresEventStore(EventStore):
                     raise
                 raise typed from error
         assert row is not None  # the function always returns one row
-        first_position, last_position, replayed = row
+        first_position, last_position, replayed, replayed_response = row
         if replayed is not None:
-            return AppendResult.from_json(orjson.loads(replayed), replayed=True)
+            stored = AppendResult.from_json(orjson.loads(replayed), replayed=True)
+            if replayed_response is None:
+                return stored
+            return replace(stored, response=orjson.loads(replayed_response))
         return AppendResult(
             first_position,
             last_position,

@@ -35,7 +35,7 @@ from domain.table import (
     ShoeRevealed,
     is_round_event,
 )
-from service.application.appends import Receipt
+from service.application.appends import Outcome, Receipt
 from service.application.streams import table_stream
 
 
@@ -173,8 +173,12 @@ class TableAction:
     table_version: int
 
 
-def table_action(table_id: str, player_id: str | None, receipt: Receipt) -> TableAction:
-    """The answer to a table command, from the events its append recorded."""
+def table_action(table_id: str, player_id: str | None, receipt: Receipt | Outcome) -> TableAction:
+    """The answer to a table command, from the events its append records.
+
+    Positions are no part of it, so it is the same from the prepared outcome, before the
+    append, as from the receipt after: the answer can be stored by the append itself.
+    """
     round_id: str | None = None
     seat: int | None = None
     bets: list[dict[str, Any]] = []
