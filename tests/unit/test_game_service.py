@@ -530,7 +530,9 @@ def test_a_wallet_read_after_another_append_moved_the_table_on_replans_not_refus
             )
         return load_wallet(player_id)
 
+    # Both loaders: the first attempt trusts the cached wallet, a retry reads it.
     game._wallet = wallet_read_late  # type: ignore[method-assign]
+    game._cached_wallet = wallet_read_late  # type: ignore[method-assign]
     with pytest.raises(Exception) as refused:  # noqa: PT011 - any refusal but the stale read's
         game.press_deal("T1", "bob", FRONTEND)
     assert interrupted == [True]
