@@ -13,6 +13,11 @@ Every figure is the median of R repeats, the contenders taking turns within each
 
 `--profile B` adds where a bet's time goes: B bets through the same app built in this process,
 under cProfile, grouped into the stages of a request.
+
+`--round-trips R` (default 20) counts the round trips to PostgreSQL that a bet makes: R rounds
+played by one client through a second `shoebox serve` (same workers) whose database is reached
+through a counting proxy (bench/round_trips.py), counting only while a bet is in flight. The
+proxy slows every query, so this server is never the one timed.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -45,8 +51,9 @@ sys.path.insert(0, str(_ROOT))
 import orjson  # noqa: E402
 
 from bench.common import Figure, render_table, rotations, server_url, throwaway_database  # noqa: E402
+from bench.round_trips import counted  # noqa: E402
 from events.migrations import apply_migrations  # noqa: E402
-from events.postgres import PostgresEventStore, open_pool  # noqa: E402
+from events.postgres import PostgresEventStore, app_conninfo, open_pool  # noqa: E402
 from events.store import EventMetadata  # noqa: E402
 from service.application.keys import Role, create_key  # noqa: E402
 from service.cli.serve import DEFAULT_WORKERS  # noqa: E402
@@ -155,7 +162,9 @@ def issue_keys(database_url: str) -> Keys:
 
 
 @contextmanager
-def serving(database_url: str, workers: int, threads: int) -> Iterator[int]:
+def serving(
+    database_url: str, workers: int, threads: int, app_database_url: str | None = None
+) -> Iterator[int]:
     """`shoebox serve` on a free port of this machine, stopped on the way out; yields the port."""
     port = free_port()
     environment = {**os.environ, "DATABASE_URL": database_url}
@@ -163,6 +172,8 @@ def serving(database_url: str, workers: int, threads: int) -> Iterator[int]:
     # no window closes during a measurement anyway. Windows close lazily, as without a worker.
     for name in ("REDIS_URL", "SHOEBOX_APP_DATABASE_URL"):
         environment.pop(name, None)
+    if app_database_url is not None:
+        environment["SHOEBOX_APP_DATABASE_URL"] = app_database_url
     # One key drives every client thread: the per-key rate limit would measure itself.
     environment["SHOEBOX_RATE_LIMIT_PER_SECOND"] = "0"
     command = [str(SHOEBOX), "serve", "--bind", f"127.0.0.1:{port}"]
@@ -417,18 +428,18 @@ def render_rounds(scenarios: Sequence[Scenario]) -> str:
 # so each stage is listed as what it contains, not as a share of a whole.
 STAGES: Final = (
     ("whole request (Flask WSGI app)", "flask/app.py", "wsgi_app"),
-    ("authentication (key ring)", "service/auth.py", "authenticate_request"),
-    ("idempotency before the view", "service/idempotency.py", "begin_request"),
-    ("idempotency after the view", "service/idempotency.py", "finish_request"),
+    ("authentication (key ring)", "service/web/auth.py", "authenticate_request"),
+    ("idempotency before the view", "service/web/idempotency.py", "begin_request"),
+    ("idempotency after the view", "service/web/idempotency.py", "finish_request"),
     ("request parsing (webargs/marshmallow)", "webargs/core.py", "parse"),
-    ("the command (GameService.place_bet)", "service/game.py", "place_bet"),
+    ("the command (GameService.place_bet)", "service/application/game/tables.py", "place_bet"),
     ("  loads: read_stream (table, wallet, limit)", "events/postgres.py", "read_stream"),
     ("  idempotency lookups (idempotency_record)", "events/postgres.py", "idempotency_record"),
     ("  decide + evolve (domain/table.py decide)", "domain/table.py", "decide"),
+    ("  the answer, built before the append", "service/web/idempotency.py", "respond"),
     ("  append and commit (PostgresEventStore.append)", "events/postgres.py", "append"),
     ("response (marshmallow dump)", "marshmallow/schema.py", "dump"),
-    ("storing the response (record_response)", "events/postgres.py", "record_response"),
-    ("PostgreSQL round trips (psycopg Connection.wait)", "psycopg/connection.py", "wait"),
+    ("storing the response apart (record_response)", "events/postgres.py", "record_response"),
     ("transactions committed by the client (psycopg commit)", "psycopg/connection.py", "commit"),
 )
 
@@ -492,6 +503,53 @@ def profile_bets(database_url: str, keys: Keys, table_id: str, bets: int) -> str
     return "\n".join(lines)
 
 
+@dataclass(frozen=True, slots=True)
+class RoundTrips:
+    """Round trips to PostgreSQL per bet, counted through the proxy."""
+
+    bets: int
+    per_bet: list[int]
+
+    def render(self, workers: int) -> str:
+        """A line for the report."""
+        spread = Counter(self.per_bet)
+        shares = ", ".join(
+            f"{trips}: {count / self.bets:.0%}" for trips, count in sorted(spread.items())
+        )
+        mean = sum(self.per_bet) / self.bets
+        return (
+            f"Round trips to PostgreSQL per bet, through `shoebox serve` ({workers} workers), "
+            f"{self.bets} bets of one client: mean {mean:.2f}, median "
+            f"{statistics.median(self.per_bet):g}; share of bets by round trips: {shares}."
+        )
+
+
+def count_round_trips(database_url: str, keys: Keys, workers: int, rounds: int) -> RoundTrips:
+    """Play `rounds` rounds at one table through a counting proxy; count each bet's trips."""
+    per_bet: list[int] = []
+    with counted(database_url) as (proxied_admin, counter):
+        proxied_app = app_conninfo(proxied_admin, environ={})
+        with serving(database_url, workers, 1, app_database_url=proxied_app) as port:
+            await_workers(port, keys, workers)
+            table_id = set_up_tables(port, keys, 1, f"rt{secrets.token_hex(3)}")[0]
+            client = Client(port, keys.frontend, idempotency=True)
+            players = player_ids(table_id)
+            try:
+                for number in range(rounds + 1):
+                    for seat, spot, stake in ROUND_BETS:
+                        body = {"player_id": players[seat], "spot": spot, "stake_pence": stake}
+                        counter.reset()
+                        with counter.counting():
+                            client.ok("POST", f"/tables/{table_id}/bets", body)
+                        if number:  # the first round warms every worker it reaches
+                            per_bet.append(counter.round_trips)
+                    for player_id in players:
+                        client.ok("POST", f"/tables/{table_id}/deal", {"player_id": player_id})
+            finally:
+                client.close()
+    return RoundTrips(len(per_bet), per_bet)
+
+
 def uptime() -> str:
     """The machine's load, as `uptime` reports it."""
     try:
@@ -514,6 +572,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="play without Idempotency-Key headers (by default every POST sends one)",
     )
     parser.add_argument("--profile", type=int, default=500, metavar="BETS", help="0: none")
+    parser.add_argument(
+        "--round-trips", type=int, default=20, metavar="ROUNDS", help="0: do not count them"
+    )
     parser.add_argument("--markdown", type=Path, help="also write the report here")
     args = parser.parse_args(argv)
     idempotency = not args.no_idempotency_keys
@@ -537,6 +598,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         profile = ""
         if args.profile:
             profile = profile_bets(database_url, keys, profile_table, args.profile)
+        trips = ""
+        if args.round_trips:
+            counted_trips = count_round_trips(database_url, keys, args.workers, args.round_trips)
+            trips = counted_trips.render(args.workers)
     load_after = uptime()
 
     command = "python bench/api.py " + " ".join(sys.argv[1:] if argv is None else argv)
@@ -554,6 +619,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             render_rounds(scenarios),
             "",
             render_table([s.rates for s in scenarios], BET, [PING]),
+            "",
+            trips,
             "",
             profile,
         ]
