@@ -177,7 +177,9 @@ def serving(
     # One key drives every client thread: the per-key rate limit would measure itself.
     environment["SHOEBOX_RATE_LIMIT_PER_SECOND"] = "0"
     command = [str(SHOEBOX), "serve", "--bind", f"127.0.0.1:{port}"]
-    command += ["--workers", str(workers), "--threads", str(threads)]
+    command += ["--workers", str(workers)]
+    if threads > 1:
+        command += ["--worker-class", "gthread", "--threads", str(threads)]
     # A file, not a pipe: the server logs a line a request, and a pipe nobody reads while the
     # benchmark runs would fill and stall it.
     log = tempfile.TemporaryFile()  # noqa: SIM115 - closed in the finally below
@@ -605,7 +607,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     load_after = uptime()
 
     command = "python bench/api.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    worker_class = "gthread" if args.threads > 1 else "sync"
+    # `shoebox serve` runs gevent workers unless told otherwise; --threads is gthread's.
+    worker_class = "gevent, serve's default" if args.threads == 1 else "gthread"
     report = "\n".join(
         [
             f"Command: `{command.strip()}`  ",
