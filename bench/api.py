@@ -457,14 +457,17 @@ def profile_bets(database_url: str, keys: Keys, table_id: str, bets: int) -> str
     players = player_ids(table_id)
     headers = {"Authorization": f"Bearer {keys.frontend}"}
 
-    def one_round(profiler: cProfile.Profile | None) -> int:
+    def one_round(profiler: cProfile.Profile | None, timings: list[float] | None = None) -> int:
         placed = 0
         for seat, spot, stake in ROUND_BETS:
             body = {"player_id": players[seat], "spot": spot, "stake_pence": stake}
             keyed = {**headers, "Idempotency-Key": secrets.token_hex(12)}
             if profiler is not None:
                 profiler.enable()
+            started = time.perf_counter()
             answer = client.post(f"/v1/tables/{table_id}/bets", json=body, headers=keyed)
+            if timings is not None:
+                timings.append(time.perf_counter() - started)
             if profiler is not None:
                 profiler.disable()
             if answer.status_code != 201:
@@ -479,6 +482,18 @@ def profile_bets(database_url: str, keys: Keys, table_id: str, bets: int) -> str
         return placed
 
     one_round(None)  # warm the caches and the imports
+    # Unprofiled first: a bet and a ping through the same app, no HTTP server and no client
+    # in between, so what the ratio leaves out is the network stack's share of both.
+    bet_times: list[float] = []
+    while len(bet_times) < bets:
+        one_round(None, bet_times)
+    ping_times: list[float] = []
+    for _ in range(bets):
+        started = time.perf_counter()
+        client.get("/v1/ping", headers=headers)
+        ping_times.append(time.perf_counter() - started)
+    bet_ms = statistics.median(bet_times) * 1000
+    ping_ms = statistics.median(ping_times) * 1000
     profiler = cProfile.Profile()
     placed = 0
     started = time.perf_counter()
@@ -488,6 +503,10 @@ def profile_bets(database_url: str, keys: Keys, table_id: str, bets: int) -> str
     stats = pstats.Stats(profiler)
     entries: dict[tuple[str, int, str], Any] = stats.stats  # type: ignore[attr-defined]
     lines = [
+        f"In-process, unprofiled, {len(bet_times)} bets and {bets} pings through the same app:"
+        f" bet p50 {bet_ms:.2f} ms, ping p50 {ping_ms:.2f} ms, ping/bet"
+        f" {ping_ms / bet_ms:.2f} (the share of a bet's time a ping would take).",
+        "",
         f"{placed} bets in-process (Flask test client, no HTTP server), with Idempotency-Key;",
         f"cProfile on during the bets only; {wall:.2f} s wall for these rounds, deals included.",
         "",
