@@ -571,6 +571,23 @@ def count_round_trips(database_url: str, keys: Keys, workers: int, rounds: int) 
     return RoundTrips(len(per_bet), per_bet)
 
 
+def commit_latency(database_url: str, commits: int = 300) -> str:
+    """The p50 and p99 of an autocommit one-row INSERT on this server now: its disk flush."""
+    import psycopg
+
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS bench_flush (id serial PRIMARY KEY, note text)")
+        took: list[float] = []
+        for _ in range(commits):
+            started = time.perf_counter()
+            conn.execute("INSERT INTO bench_flush (note) VALUES ('x')")
+            took.append(time.perf_counter() - started)
+    return (
+        f"a one-row INSERT and its commit, {commits} in a row: p50"
+        f" {percentile(took, 0.5) * 1000:.2f} ms, p99 {percentile(took, 0.99) * 1000:.2f} ms"
+    )
+
+
 def uptime() -> str:
     """The machine's load, as `uptime` reports it."""
     try:
@@ -604,6 +621,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     scenarios = [Scenario(n, Figure(f"{n} table(s)")) for n in args.tables]
     with throwaway_database(server_url(), prefix="bench_api") as database_url:
         apply_migrations(database_url)
+        flush_before = commit_latency(database_url)
         keys = issue_keys(database_url)
         run = secrets.token_hex(3)
         with serving(database_url, args.workers, args.threads) as port:
@@ -619,6 +637,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         profile = ""
         if args.profile:
             profile = profile_bets(database_url, keys, profile_table, args.profile)
+        flush_after = commit_latency(database_url)
         trips = ""
         if args.round_trips:
             counted_trips = count_round_trips(database_url, keys, args.workers, args.round_trips)
@@ -636,7 +655,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             f" ({worker_class}); PostgreSQL on the same machine; no Redis (windows close lazily)  ",
             f"Clients: N threads, http.client, one connection each; bets"
             f" {'with' if idempotency else 'without'} an Idempotency-Key; medians of"
-            f" {args.repeats} repeats of {args.seconds:g} s, contenders interleaved.",
+            f" {args.repeats} repeats of {args.seconds:g} s, contenders interleaved.  ",
+            f"Commit latency before: {flush_before}; after: {flush_after}.",
             "",
             render_rounds(scenarios),
             "",
