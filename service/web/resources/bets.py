@@ -54,7 +54,8 @@ class Bets(MethodView):
 
     @answered_in_append
     @roles(Role.FRONTEND)
-    @blp.arguments(NewBetSchema)
+    # Instances, not classes: given a class, webargs builds a schema on every request.
+    @blp.arguments(NewBetSchema())
     @blp.response(201, TableActionSchema)
     def post(self, bet: dict[str, Any], table_id: str) -> TableAction | Response:
         """Place a bet; at an idle table the first bet opens the round and its window."""
@@ -94,7 +95,7 @@ class Rebet(MethodView):
 
     @answered_in_append
     @roles(Role.FRONTEND)
-    @blp.arguments(PlayerSchema)
+    @blp.arguments(PlayerSchema())
     @blp.response(201, TableActionSchema)
     def post(self, acting: dict[str, Any], table_id: str) -> TableAction | Response:
         """Repeat one's bets of the last round played at this seat."""
@@ -113,7 +114,7 @@ class Deal(MethodView):
 
     @answered_in_append
     @roles(Role.FRONTEND)
-    @blp.arguments(PlayerSchema)
+    @blp.arguments(PlayerSchema())
     @blp.response(200, TableActionSchema)
     def post(self, acting: dict[str, Any], table_id: str) -> TableAction | Response:
         """Confirm one's bets; the last participant to act brings the deal and settlement."""
@@ -132,7 +133,7 @@ class Pass(MethodView):
 
     @answered_in_append
     @roles(Role.FRONTEND)
-    @blp.arguments(PlayerSchema)
+    @blp.arguments(PlayerSchema())
     @blp.response(200, TableActionSchema)
     def post(self, acting: dict[str, Any], table_id: str) -> TableAction | Response:
         """Sit this coup out; one's bets come back, and the last to act brings the deal."""
