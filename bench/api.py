@@ -133,6 +133,7 @@ class Sample:
     rounds: int = 0
     # Seconds spent waiting on each bet, and on all requests.
     bet_latencies: list[float] = field(default_factory=list)
+    ping_latencies: list[float] = field(default_factory=list)
     busy: float = 0.0
 
 
@@ -285,6 +286,7 @@ def ping(client: Client, seconds: float) -> Sample:
         took = time.perf_counter() - started
         sample.busy += took
         sample.requests += 1
+        sample.ping_latencies.append(took)
     return sample
 
 
@@ -336,6 +338,7 @@ class Scenario:
     bet_p50: list[float] = field(default_factory=list)
     bet_p99: list[float] = field(default_factory=list)
     ping_p50: list[float] = field(default_factory=list)
+    ping_p99: list[float] = field(default_factory=list)
 
 
 def measure(
@@ -378,13 +381,15 @@ def run_scenario(
                 work = [lambda client: ping(client, seconds) for _ in table_ids]
                 pings, elapsed = run_clients(port, keys.frontend, False, work)
                 scenario.rates.add(PING, sum(s.requests for s in pings), elapsed)
-                scenario.ping_p50.append(statistics.median(s.busy / s.requests for s in pings))
+                latencies = [took for s in pings for took in s.ping_latencies]
+                scenario.ping_p50.append(percentile(latencies, 0.50))
+                scenario.ping_p99.append(percentile(latencies, 0.99))
             print(f"  {scenario.tables} table(s), {contender}: done", file=sys.stderr)
 
 
 def milliseconds(values: Sequence[float]) -> str:
     """The median of latencies in seconds, in milliseconds."""
-    return f"{statistics.median(values) * 1000:.1f}"
+    return f"{statistics.median(values) * 1000:.2f}"
 
 
 def render_rounds(scenarios: Sequence[Scenario]) -> str:
@@ -396,6 +401,8 @@ def render_rounds(scenarios: Sequence[Scenario]) -> str:
         "bet p50 ms",
         "bet p99 ms",
         "ping/s",
+        "ping p50 ms",
+        "ping p99 ms",
         "bet/ping",
         "goal",
     ]
@@ -412,6 +419,8 @@ def render_rounds(scenarios: Sequence[Scenario]) -> str:
                 milliseconds(scenario.bet_p50),
                 milliseconds(scenario.bet_p99),
                 f"{pings:,.0f}",
+                milliseconds(scenario.ping_p50),
+                milliseconds(scenario.ping_p99),
                 f"{ratio:.2f}",
                 "met" if ratio >= GOAL else "missed",
             ]
