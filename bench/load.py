@@ -194,6 +194,10 @@ class Level:
     bets: int
     bets_per_second: float
     requests: int
+    ping_per_second: float
+    commits_per_second: float
+    requests_per_second: float
+    appends_per_second: float
     bet_p50_ms: float
     bet_p99_ms: float
     bet_max_ms: float
@@ -698,7 +702,9 @@ def profile_worker(pid: int, seconds: float, out: Path) -> list[tuple[str, float
         # The innermost frame of Shoebox's own code: where in the project the time goes.
         for frame in reversed(frames):
             if any(f"{part}/" in frame for part in ("(service", "(events", "(domain")):
-                own[f"in Shoebox: {frame}"] += int(count)
+                # By function, not by line: file and function name.
+                name, _, where = frame.partition(" (")
+                own[f"in Shoebox: {name} ({where.split(':')[0]})"] += int(count)
                 break
     if not total:
         return []
@@ -729,16 +735,18 @@ def window_lateness(database_url: str, after: int, upto: int) -> list[float]:
         return [row[0] for row in conn.execute(query, {"after": after, "upto": upto})]
 
 
-def head_and_rounds(database_url: str, after: int) -> tuple[int, int]:
-    """The log's head, and the rounds settled after position `after`."""
+def head_and_rounds(database_url: str, after: int) -> tuple[int, int, int]:
+    """The log's head; the rounds settled and the appends made after position `after`."""
     with psycopg.connect(database_url) as conn:
+        # One append is one transaction, so its rows share their xmin.
         row = conn.execute(
             "SELECT coalesce(max(position), 0),"
-            " count(*) FILTER (WHERE type = 'RoundSettled' AND position > %s) FROM events",
-            [after],
+            " count(*) FILTER (WHERE type = 'RoundSettled' AND position > %s),"
+            " count(DISTINCT xmin::text) FILTER (WHERE position > %s) FROM events",
+            [after, after],
         ).fetchone()
     assert row is not None
-    return int(row[0]), int(row[1])
+    return int(row[0]), int(row[1]), int(row[2])
 
 
 def closers(log_path: Path, since: int) -> tuple[collections.Counter[str], int]:
@@ -765,9 +773,12 @@ def measure_level(
     settings: Settings,
     log_path: Path,
     profile_dir: Path,
+    quick: bool,
 ) -> Level:
-    """Play one level and gather its figures."""
-    head_before, _ = head_and_rounds(database_url, 0)
+    """Measure the yardsticks, then play one level and gather its figures."""
+    # Just before the level: the machine is shared, and its spare capacity drifts.
+    baseline = measure_baseline(port, keys["frontend"], database_url, 1.0 if quick else 2.0)
+    head_before, _, _ = head_and_rounds(database_url, 0)
     log_offset = log_path.stat().st_size
     tally = Tally()
     profile: list[tuple[str, float]] = []
@@ -795,7 +806,7 @@ def measure_level(
         lag = asyncio.run(projection_lag(port, keys["ops"]))
     # The last windows close after the level; their lateness counts, their rounds do not.
     time.sleep(settings.window_seconds + 1)
-    head_after, rounds = head_and_rounds(database_url, head_before)
+    head_after, rounds, appends = head_and_rounds(database_url, head_before)
     late = window_lateness(database_url, head_before, head_after)
     closed, _ = closers(log_path, log_offset)
     closed["a request or recovery"] = max(0, len(late) - sum(closed.values()))
@@ -808,6 +819,11 @@ def measure_level(
         bets=tally.bets,
         bets_per_second=tally.bets / seconds,
         requests=tally.requests,
+        ping_per_second=baseline.ping_per_second,
+        commits_per_second=baseline.commits_per_second,
+        requests_per_second=tally.requests / seconds,
+        # The drain after the level adds a window's closes: a slight overcount, said so.
+        appends_per_second=appends / seconds,
         bet_p50_ms=1000 * percentile(latencies, 0.5),
         bet_p99_ms=1000 * percentile(latencies, 0.99),
         bet_max_ms=1000 * max(latencies, default=0.0),
@@ -827,6 +843,60 @@ def measure_level(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Baseline:
+    """What the machine allows, measured in the same run: the yardsticks of the levels."""
+
+    ping_per_second: float
+    commits_per_second: float
+
+
+def measure_baseline(port: int, key: str, database_url: str, seconds: float) -> Baseline:
+    """Ping's rate and the locked commits' rate, now."""
+    return Baseline(
+        ping_per_second=asyncio.run(ping_rate(port, key, seconds, 16)),
+        commits_per_second=commit_rate(database_url, seconds),
+    )
+
+
+async def ping_rate(port: int, key: str, seconds: float, clients: int) -> float:
+    """GET /v1/ping a second from `clients` connections at once: the HTTP stack's own rate."""
+    stop_at = time.monotonic() + seconds
+    done = [0]
+
+    async def client() -> None:
+        connection = Connection(port)
+        try:
+            while time.monotonic() < stop_at:
+                status, _ = await connection.request("GET", "/v1/ping", key)
+                if status == 200:
+                    done[0] += 1
+        finally:
+            connection.close()
+
+    started = time.monotonic()
+    await asyncio.gather(*(client() for _ in range(clients)))
+    return done[0] / (time.monotonic() - started)
+
+
+def commit_rate(database_url: str, seconds: float) -> float:
+    """One connection's commits a second, each a lock, an insert and a WAL flush: the most
+    appends a second that a log whose lock is held through each commit could take."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS bench_commit_probe (n bigint)")
+        done = 0
+        stop_at = time.monotonic() + seconds
+        started = time.monotonic()
+        while time.monotonic() < stop_at:
+            with conn.transaction():
+                conn.execute("LOCK TABLE bench_commit_probe IN EXCLUSIVE MODE")
+                conn.execute("INSERT INTO bench_commit_probe VALUES (%s)", [done])
+            done += 1
+        elapsed = time.monotonic() - started
+        conn.execute("DROP TABLE bench_commit_probe")
+    return done / elapsed
+
+
 async def projection_lag(port: int, ops: str) -> tuple[int, float]:
     """The read models' largest lag, in events and in seconds, as ops would read it."""
     connection = Connection(port)
@@ -844,49 +914,61 @@ async def projection_lag(port: int, ops: str) -> tuple[int, float]:
 
 
 def bottleneck(level: Level, cores: int) -> str:
-    """Name what held the level back, from CPU, PostgreSQL's waits and the profile."""
+    """Name what held the level back, from the log's appends, PostgreSQL's waits and CPU."""
     lock = sum(share for name, share in level.waits.items() if name.startswith("Lock:"))
+    wal = sum(share for name, share in level.waits.items() if "WAL" in name)
     ours = sum(level.cpu.values())
     top, used = max(level.cpu.items(), key=lambda item: item[1])
-    if ours >= 0.8 * 100 * cores or level.machine_busy >= 90:
-        others = max(0.0, level.machine_busy * cores - ours)
+    log_share = level.appends_per_second / level.commits_per_second
+    cpu = (
+        f"the machine's {cores} cores were {level.machine_busy:.0f}% busy (this run's processes"
+        f" {ours:.0f}% of one core, other work about"
+        f" {max(0.0, level.machine_busy * cores - ours):.0f}%; most: the {top}, {used:.0f}%)"
+    )
+    if lock >= 20 or log_share >= 0.5:
         verdict = (
-            f"CPU: the machine's {cores} cores were {level.machine_busy:.0f}% busy, this run's"
-            f" processes using {ours:.0f}% of one core and other work on the machine about"
-            f" {others:.0f}%; the largest consumer was the {top} ({used:.0f}%)."
+            f"the log: {level.appends_per_second:.0f} appends/s, {100 * log_share:.0f}% of the"
+            f" {level.commits_per_second:.0f} locked commits/s one connection makes here;"
+            f" PostgreSQL's active backends waited on a lock {lock:.0f}% and on WAL {wal:.0f}%"
+            f" of the samples. Every append holds the log's lock through its commit's WAL"
+            f" flush, so appends queue one behind another; {cpu}."
         )
-    elif lock >= 25:
-        verdict = f"the log's append lock: {lock:.0f}% of active backends waited on a lock."
+    elif ours >= 0.8 * 100 * cores or level.machine_busy >= 90:
+        verdict = f"CPU: {cpu}; lock waits {lock:.0f}%, WAL waits {wal:.0f}%."
     else:
         verdict = (
-            f"nothing saturated (machine {level.machine_busy:.0f}% busy, lock waits"
-            f" {lock:.0f}%): the players' pace, not the server, set the rate."
+            f"nothing saturated ({cpu}; lock waits {lock:.0f}%): the players' pace set the rate."
         )
-    if lock and lock < 25:
-        verdict += f" Lock waits were {lock:.0f}% of PostgreSQL's active backend samples."
     return verdict
 
 
 def render(levels: Sequence[Level]) -> str:
     """The levels as a Markdown table, then each level's bottleneck evidence."""
     lines = [
-        "| tables | rounds/s | bets/s | bet p50 ms | bet p99 ms | bet max ms | errors"
-        " | windows | late p50 ms | late p99 ms | late max ms | closed by | lag at end |",
-        "|" + "---|" * 13,
+        "| tables | ping/s | locked commits/s | rounds/s | bets/s | requests/s (of ping)"
+        " | appends/s | bet p50 ms"
+        " | bet p99 ms | bet max ms | errors | windows | late p50 ms | late p99 ms"
+        " | late max ms | closed by | lag at end |",
+        "|" + "---|" * 17,
     ]
     for level in levels:
         errors = ", ".join(f"{k}: {v}" for k, v in level.errors.items()) or "none"
         closed = ", ".join(f"{k} {v}" for k, v in level.closed_by.items() if v)
         lines.append(
-            f"| {level.tables} | {level.rounds_per_second:.1f} | {level.bets_per_second:.0f}"
-            f" | {level.bet_p50_ms:.0f} | {level.bet_p99_ms:.0f} | {level.bet_max_ms:.0f}"
+            f"| {level.tables} | {level.ping_per_second:.0f} | {level.commits_per_second:.0f}"
+            f" | {level.rounds_per_second:.1f} | {level.bets_per_second:.0f}"
+            f" | {level.requests_per_second:.0f}"
+            f" ({level.requests_per_second / level.ping_per_second:.2f})"
+            f" | {level.appends_per_second:.0f} | {level.bet_p50_ms:.0f}"
+            f" | {level.bet_p99_ms:.0f} | {level.bet_max_ms:.0f}"
             f" | {errors} | {level.windows} | {level.late_p50_ms:.1f} | {level.late_p99_ms:.1f}"
             f" | {level.late_max_ms:.1f} | {closed} | {level.lag_events} events,"
             f" {level.lag_seconds:.2f} s |"
         )
     for level in levels:
         lines.append("")
-        lines.append(f"{level.tables} tables: {bottleneck(level, os.cpu_count() or 1)}")
+        verdict = bottleneck(level, os.cpu_count() or 1)
+        lines.append(f"{level.tables} tables: {verdict}")
         cpu = ", ".join(f"{name} {share:.0f}%" for name, share in level.cpu.items())
         lines.append(f"  CPU (100% = one core): {cpu}")
         waits = ", ".join(f"{name} {share:.0f}%" for name, share in level.waits.items())
@@ -957,10 +1039,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                     settings,
                     log_path,
                     Path(scratch),
+                    args.quick,
                 )
                 done.append(level)
                 print(
-                    f"{count} tables: {level.rounds_per_second:.1f} rounds/s,"
+                    f"{count} tables: ping {level.ping_per_second:.0f}/s, locked commits"
+                    f" {level.commits_per_second:.0f}/s;"
+                    f" {level.rounds_per_second:.1f} rounds/s,"
                     f" {level.bets_per_second:.0f} bets/s, bet p99 {level.bet_p99_ms:.0f} ms,"
                     f" windows late p99 {level.late_p99_ms:.1f} ms",
                     file=sys.stderr,
@@ -975,8 +1060,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         file=sys.stderr,
                     )
                     break
-    report = render(done)
-    print(report)
+    print(render(done))
     if args.json is not None:
         args.json.write_text(json.dumps([asdict(level) for level in done], indent=2))
     return 0

@@ -33,6 +33,10 @@ def test_the_load_benchmark_runs_in_quick_mode(postgres_server_url: str, tmp_pat
     for level in levels:
         assert level["bets"] > 0
         assert level["rounds"] > 0
+        assert level["appends_per_second"] > 0
+        # The yardsticks are measured in the same run, just before each level.
+        assert level["ping_per_second"] > 0
+        assert level["commits_per_second"] > 0
         assert level["bet_p50_ms"] <= level["bet_p99_ms"] <= level["bet_max_ms"]
         # Windows ran to their deadlines, their closing was found in the log, and the
         # worker's timer closed them (a bet slowed past a deadline may close one itself).
