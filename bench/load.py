@@ -55,6 +55,8 @@ _ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(_ROOT))
 
 import psycopg  # noqa: E402
+import psycopg.conninfo  # noqa: E402
+import psycopg.sql  # noqa: E402
 
 from bench.common import server_url, throwaway_database  # noqa: E402
 from events.migrations import apply_migrations  # noqa: E402
@@ -212,6 +214,8 @@ class Level:
     cpu: dict[str, float]
     machine_busy: float
     waits: dict[str, float]
+    lock_holder: dict[str, float]
+    append_call_ms: float
     active_backends: float
     profile: list[tuple[str, float]]
 
@@ -610,6 +614,8 @@ class Watch:
         self._database_url = database_url
         self._stop = threading.Event()
         self.waits: collections.Counter[str] = collections.Counter()
+        # What the backend holding the log's lock was doing, each sample it was held.
+        self.holder: collections.Counter[str] = collections.Counter()
         self.samples = 0
         self.active = 0
         self._backends: dict[int, float] = {}
@@ -648,9 +654,20 @@ class Watch:
             "SELECT pid, state, wait_event_type, wait_event FROM pg_stat_activity"
             " WHERE datname = current_database() AND pid <> pg_backend_pid()"
         )
+        holder = (
+            "SELECT a.state, a.wait_event_type, a.wait_event FROM pg_locks l"
+            " JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.granted"
+            " AND l.relation = 'events'::regclass AND l.mode = 'ExclusiveLock'"
+        )
         with psycopg.connect(self._database_url, autocommit=True) as conn:
             while not self._stop.wait(0.1):
                 self.samples += 1
+                held = conn.execute(holder).fetchall()
+                for state, kind, event in held:
+                    doing = f"{kind}:{event}" if kind else "on CPU"
+                    self.holder[doing if state == "active" else f"{state}, {doing}"] += 1
+                if not held:
+                    self.holder["not held"] += 1
                 for pid, state, kind, event in conn.execute(query).fetchall():
                     if pid not in self._backends:
                         self._backends[pid] = cpu_seconds(pid)
@@ -749,6 +766,17 @@ def head_and_rounds(database_url: str, after: int) -> tuple[int, int, int]:
     return int(row[0]), int(row[1]), int(row[2])
 
 
+def append_function_ms(database_url: str) -> tuple[int, float]:
+    """Calls of append_events() so far, and the milliseconds spent in them (lock waits too)."""
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute(
+            "SELECT coalesce(sum(calls), 0), coalesce(sum(total_time), 0)"
+            " FROM pg_stat_user_functions WHERE funcname = 'append_events'"
+        ).fetchone()
+    assert row is not None
+    return int(row[0]), float(row[1])
+
+
 def closers(log_path: Path, since: int) -> tuple[collections.Counter[str], int]:
     """Who closed windows in the processes' log from byte `since` on; and where it ends now."""
     found: collections.Counter[str] = collections.Counter()
@@ -779,6 +807,7 @@ def measure_level(
     # Just before the level: the machine is shared, and its spare capacity drifts.
     baseline = measure_baseline(port, keys["frontend"], database_url, 1.0 if quick else 2.0)
     head_before, _, _ = head_and_rounds(database_url, 0)
+    calls_before, spent_before = append_function_ms(database_url)
     log_offset = log_path.stat().st_size
     tally = Tally()
     profile: list[tuple[str, float]] = []
@@ -807,6 +836,8 @@ def measure_level(
     # The last windows close after the level; their lateness counts, their rounds do not.
     time.sleep(settings.window_seconds + 1)
     head_after, rounds, appends = head_and_rounds(database_url, head_before)
+    calls_after, spent_after = append_function_ms(database_url)
+    calls = calls_after - calls_before
     late = window_lateness(database_url, head_before, head_after)
     closed, _ = closers(log_path, log_offset)
     closed["a request or recovery"] = max(0, len(late) - sum(closed.values()))
@@ -838,7 +869,11 @@ def measure_level(
         cpu=watch.cpu,
         machine_busy=watch.machine_busy,
         waits={name: 100 * n / max(1, watch.active) for name, n in watch.waits.most_common(6)},
+        lock_holder={
+            name: 100 * n / max(1, watch.samples) for name, n in watch.holder.most_common(5)
+        },
         active_backends=watch.active / max(1, watch.samples),
+        append_call_ms=(spent_after - spent_before) / calls if calls else 0.0,
         profile=profile,
     )
 
@@ -914,32 +949,30 @@ async def projection_lag(port: int, ops: str) -> tuple[int, float]:
 
 
 def bottleneck(level: Level, cores: int) -> str:
-    """Name what held the level back, from the log's appends, PostgreSQL's waits and CPU."""
+    """Name what held the level back, from the log's lock, PostgreSQL's waits and CPU."""
     lock = sum(share for name, share in level.waits.items() if name.startswith("Lock:"))
-    wal = sum(share for name, share in level.waits.items() if "WAL" in name)
+    held = 100 - level.lock_holder.get("not held", 0.0)
+    doing = ", ".join(
+        f"{name} {share:.0f}%" for name, share in level.lock_holder.items() if name != "not held"
+    )
     ours = sum(level.cpu.values())
     top, used = max(level.cpu.items(), key=lambda item: item[1])
-    log_share = level.appends_per_second / level.commits_per_second
     cpu = (
         f"the machine's {cores} cores were {level.machine_busy:.0f}% busy (this run's processes"
         f" {ours:.0f}% of one core, other work about"
         f" {max(0.0, level.machine_busy * cores - ours):.0f}%; most: the {top}, {used:.0f}%)"
     )
-    if lock >= 20 or log_share >= 0.5:
-        verdict = (
-            f"the log: {level.appends_per_second:.0f} appends/s, {100 * log_share:.0f}% of the"
-            f" {level.commits_per_second:.0f} locked commits/s one connection makes here;"
-            f" PostgreSQL's active backends waited on a lock {lock:.0f}% and on WAL {wal:.0f}%"
-            f" of the samples. Every append holds the log's lock through its commit's WAL"
-            f" flush, so appends queue one behind another; {cpu}."
+    if held >= 60:
+        return (
+            f"the log's lock: held {held:.0f}% of the time for {level.appends_per_second:.0f}"
+            f" appends/s, {100 * level.appends_per_second / level.commits_per_second:.0f}% of"
+            f" the {level.commits_per_second:.0f} locked commits/s one connection makes here;"
+            f" its holder was {doing} (share of all samples); {lock:.0f}% of active backends"
+            f" queued for it; {cpu}."
         )
-    elif ours >= 0.8 * 100 * cores or level.machine_busy >= 90:
-        verdict = f"CPU: {cpu}; lock waits {lock:.0f}%, WAL waits {wal:.0f}%."
-    else:
-        verdict = (
-            f"nothing saturated ({cpu}; lock waits {lock:.0f}%): the players' pace set the rate."
-        )
-    return verdict
+    if ours >= 0.8 * 100 * cores or level.machine_busy >= 90:
+        return f"CPU: {cpu}; the log's lock held {held:.0f}% of the time ({doing})."
+    return f"nothing saturated ({cpu}; the log's lock held {held:.0f}%): the players' pace."
 
 
 def render(levels: Sequence[Level]) -> str:
@@ -974,6 +1007,12 @@ def render(levels: Sequence[Level]) -> str:
         waits = ", ".join(f"{name} {share:.0f}%" for name, share in level.waits.items())
         lines.append(
             f"  PostgreSQL: {level.active_backends:.1f} active backends on average; {waits}"
+        )
+        holder = ", ".join(f"{name} {share:.0f}%" for name, share in level.lock_holder.items())
+        lines.append(f"  The log's lock (share of samples): {holder}")
+        lines.append(
+            f"  append_events(): {level.append_call_ms:.1f} ms a call on average, its wait"
+            " for the lock included"
         )
         if level.profile:
             lines.append("  py-spy, busiest API worker (share of samples):")
@@ -1011,6 +1050,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         tempfile.TemporaryDirectory(prefix="shoebox-load-") as scratch,
     ):
         apply_migrations(database_url)
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            # The time spent in append_events(), per call (pg_stat_statements is not
+            # preloaded on the shared server; this needs only the database's owner).
+            name = psycopg.conninfo.conninfo_to_dict(database_url)["dbname"]
+            conn.execute(
+                psycopg.sql.SQL("ALTER DATABASE {} SET track_functions = 'pl'").format(
+                    psycopg.sql.Identifier(str(name))
+                )
+            )
         with open_pool(database_url, max_size=1) as pool:
             store = PostgresEventStore(pool)
             keys = {
