@@ -216,6 +216,7 @@ class Level:
     waits: dict[str, float]
     lock_holder: dict[str, float]
     append_call_ms: float
+    statements: dict[str, float]
     active_backends: float
     profile: list[tuple[str, float]]
 
@@ -590,6 +591,28 @@ def group_of(command: str, parent: str) -> str:
     return "other"
 
 
+def port_owners(processes: dict[int, str]) -> dict[int, str]:
+    """The local TCP ports of the processes' sockets, each with its process's group."""
+    inodes: dict[str, str] = {}
+    for pid, group in processes.items():
+        try:
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                with contextlib.suppress(OSError):
+                    target = os.readlink(fd)
+                    if target.startswith("socket:["):
+                        inodes[target[8:-1]] = group
+        except OSError:
+            continue
+    owners: dict[int, str] = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                if fields[9] in inodes:
+                    owners[int(fields[1].rsplit(":", 1)[1], 16)] = inodes[fields[9]]
+    return owners
+
+
 def cpu_seconds(pid: int) -> float:
     """A process's user and system CPU seconds so far; 0 once it is gone."""
     try:
@@ -616,6 +639,8 @@ class Watch:
         self.waits: collections.Counter[str] = collections.Counter()
         # What the backend holding the log's lock was doing, each sample it was held.
         self.holder: collections.Counter[str] = collections.Counter()
+        # The statements active backends were running: a sampled statement profile.
+        self.statements: collections.Counter[str] = collections.Counter()
         self.samples = 0
         self.active = 0
         self._backends: dict[int, float] = {}
@@ -651,7 +676,8 @@ class Watch:
 
     def _sample(self) -> None:
         query = (
-            "SELECT pid, state, wait_event_type, wait_event FROM pg_stat_activity"
+            "SELECT pid, state, wait_event_type, wait_event, query, client_port"
+            " FROM pg_stat_activity"
             " WHERE datname = current_database() AND pid <> pg_backend_pid()"
         )
         holder = (
@@ -659,6 +685,7 @@ class Watch:
             " JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.granted"
             " AND l.relation = 'events'::regclass AND l.mode = 'ExclusiveLock'"
         )
+        owners = port_owners(self._processes)
         with psycopg.connect(self._database_url, autocommit=True) as conn:
             while not self._stop.wait(0.1):
                 self.samples += 1
@@ -668,13 +695,17 @@ class Watch:
                     self.holder[doing if state == "active" else f"{state}, {doing}"] += 1
                 if not held:
                     self.holder["not held"] += 1
-                for pid, state, kind, event in conn.execute(query).fetchall():
+                for pid, state, kind, event, text, port in conn.execute(query).fetchall():
                     if pid not in self._backends:
                         self._backends[pid] = cpu_seconds(pid)
                     if state != "active":
                         continue
                     self.active += 1
                     self.waits[f"{kind}:{event}" if kind else "on CPU"] += 1
+                    if port is not None and port not in owners:
+                        owners = port_owners(self._processes)  # a new pooled connection
+                    who = owners.get(port, "?") if port is not None else "?"
+                    self.statements[f"{who}: {' '.join(str(text).split())[:60]}"] += 1
 
 
 def profile_worker(pid: int, seconds: float, out: Path) -> list[tuple[str, float]]:
@@ -874,6 +905,9 @@ def measure_level(
         },
         active_backends=watch.active / max(1, watch.samples),
         append_call_ms=(spent_after - spent_before) / calls if calls else 0.0,
+        statements={
+            name: 100 * n / max(1, watch.active) for name, n in watch.statements.most_common(8)
+        },
         profile=profile,
     )
 
@@ -1014,6 +1048,11 @@ def render(levels: Sequence[Level]) -> str:
             f"  append_events(): {level.append_call_ms:.1f} ms a call on average, its wait"
             " for the lock included"
         )
+        lines.append(
+            "  Statements of the active backends, by the process that sent them"
+            " (share of active samples):"
+        )
+        lines.extend(f"    {share:5.1f}%  {name}" for name, share in level.statements.items())
         if level.profile:
             lines.append("  py-spy, busiest API worker (share of samples):")
             lines.extend(f"    {share:5.1f}%  {name}" for name, share in level.profile)
