@@ -1070,6 +1070,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=4, help="gunicorn workers (default 4)")
     parser.add_argument("--max-requests", type=int, default=300_000, help="a level's budget")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    parser.add_argument(
+        "--pause-projector",
+        action="store_true",
+        help="a diagnosis: stop the projector (SIGSTOP) while the levels play, to see its cost",
+    )
     args = parser.parse_args(argv)
     levels = (
         tuple(int(n) for n in args.levels.split(","))
@@ -1106,47 +1111,56 @@ def main(argv: Sequence[str] | None = None) -> int:
             }
         log_path = Path(scratch) / "shoebox-run.log"
         with shoebox_run(database_url, args.workers, log_path) as (port, run_pid):
+            projector = [p for p, g in descendants(run_pid).items() if g == "projector"]
+            if args.pause_projector:
+                for pid in projector:
+                    os.kill(pid, signal.SIGSTOP)
             print(
                 f"shoebox run: {args.workers} API workers on 127.0.0.1:{port};"
                 f" {settings.players} players and an idle seat a table, a"
                 f" {settings.window_seconds:g} s window, {settings.seconds:g} s a level",
                 file=sys.stderr,
             )
-            table_ids: list[str] = []
-            for count in levels:
-                new = [f"{run}-t{n}" for n in range(len(table_ids), count)]
-                asyncio.run(set_up_tables(port, keys["ops"], keys["frontend"], new, settings))
-                table_ids += new
-                level = measure_level(
-                    port,
-                    run_pid,
-                    database_url,
-                    keys,
-                    table_ids[:count],
-                    settings,
-                    log_path,
-                    Path(scratch),
-                    args.quick,
-                )
-                done.append(level)
-                print(
-                    f"{count} tables: ping {level.ping_per_second:.0f}/s, locked commits"
-                    f" {level.commits_per_second:.0f}/s;"
-                    f" {level.rounds_per_second:.1f} rounds/s,"
-                    f" {level.bets_per_second:.0f} bets/s, bet p99 {level.bet_p99_ms:.0f} ms,"
-                    f" windows late p99 {level.late_p99_ms:.1f} ms",
-                    file=sys.stderr,
-                )
-                if len(done) >= 2 and (
-                    level.bets_per_second < done[-2].bets_per_second * GROWTH_TO_GO_ON
-                ):
+            try:
+                table_ids: list[str] = []
+                for count in levels:
+                    new = [f"{run}-t{n}" for n in range(len(table_ids), count)]
+                    asyncio.run(set_up_tables(port, keys["ops"], keys["frontend"], new, settings))
+                    table_ids += new
+                    level = measure_level(
+                        port,
+                        run_pid,
+                        database_url,
+                        keys,
+                        table_ids[:count],
+                        settings,
+                        log_path,
+                        Path(scratch),
+                        args.quick,
+                    )
+                    done.append(level)
                     print(
-                        f"throughput stopped growing at {count} tables"
-                        f" ({level.bets_per_second:.0f} bets/s against"
-                        f" {done[-2].bets_per_second:.0f}): the ceiling",
+                        f"{count} tables: ping {level.ping_per_second:.0f}/s, locked commits"
+                        f" {level.commits_per_second:.0f}/s;"
+                        f" {level.rounds_per_second:.1f} rounds/s,"
+                        f" {level.bets_per_second:.0f} bets/s, bet p99 {level.bet_p99_ms:.0f} ms,"
+                        f" windows late p99 {level.late_p99_ms:.1f} ms",
                         file=sys.stderr,
                     )
-                    break
+                    if len(done) >= 2 and (
+                        level.bets_per_second < done[-2].bets_per_second * GROWTH_TO_GO_ON
+                    ):
+                        print(
+                            f"throughput stopped growing at {count} tables"
+                            f" ({level.bets_per_second:.0f} bets/s against"
+                            f" {done[-2].bets_per_second:.0f}): the ceiling",
+                            file=sys.stderr,
+                        )
+                        break
+            finally:
+                if args.pause_projector:
+                    for pid in projector:
+                        os.kill(pid, signal.SIGCONT)  # so that it can stop with the rest
     print(render(done))
     if args.json is not None:
         args.json.write_text(json.dumps([asdict(level) for level in done], indent=2))
