@@ -161,8 +161,8 @@ class RedisWindowScheduler:
 # Every member due at ARGV[1] or before, up to ARGV[2] of them, removed and returned in one
 # step: with several workers each deadline is taken by exactly one.
 _TAKE_DUE: Final = """
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'WITHSCORES', 'LIMIT', 0, ARGV[2])
-for i = 1, #due, 2 do redis.call('ZREM', KEYS[1], due[i]) end
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
+if #due > 0 then redis.call('ZREM', KEYS[1], unpack(due)) end
 return due
 """
 
@@ -219,17 +219,17 @@ class WindowTimer:
         """Hand every due window to the closers; seconds until the next deadline, if any."""
         now = self._clock().timestamp()
         due = self._take(keys=[self._key], args=[repr(now), TAKE_LIMIT])
-        for index in range(0, len(due), 2):
-            table_id, round_id = json.loads(due[index])
-            self._closers.submit(self._run_close, table_id, round_id, float(due[index + 1]))
-        if len(due) // 2 >= TAKE_LIMIT:
+        for member in due:
+            table_id, round_id = json.loads(member)
+            self._closers.submit(self._run_close, table_id, round_id)
+        if len(due) >= TAKE_LIMIT:
             return 0.0  # more are due: take them before sleeping
         earliest = self._connection.zrange(self._key, 0, 0, withscores=True)
         if not earliest:
             return None
         return max(0.0, float(earliest[0][1]) - self._clock().timestamp())
 
-    def _run_close(self, table_id: str, round_id: str, score: float) -> None:
+    def _run_close(self, table_id: str, round_id: str) -> None:
         member = _member(table_id, round_id)
         try:
             self._close(table_id, round_id)

@@ -44,5 +44,5 @@ def test_the_load_benchmark_runs_in_quick_mode(postgres_server_url: str, tmp_pat
         assert level["closed_by"]["worker timer"] > 0
         assert level["late_p50_ms"] >= 0  # never before the deadline
         assert level["lag_events"] >= 0
-    assert "| tables | rounds/s | bets/s |" in result.stdout
+    assert "| tables | ping/s | locked commits/s | rounds/s | bets/s |" in result.stdout
     assert "1 tables: " in result.stdout
