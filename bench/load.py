@@ -59,6 +59,12 @@ import psycopg.conninfo  # noqa: E402
 import psycopg.sql  # noqa: E402
 
 from bench.common import server_url, throwaway_database  # noqa: E402
+from domain.round import (  # noqa: E402
+    ExclusionReason,
+    PlayerExcluded,
+    RoundOpened,
+    RoundSettled,
+)
 from events.migrations import apply_migrations  # noqa: E402
 from events.postgres import PostgresEventStore, open_pool  # noqa: E402
 from events.store import EventMetadata  # noqa: E402
@@ -768,11 +774,11 @@ def window_lateness(database_url: str, after: int, upto: int) -> list[float]:
         WITH opened AS (
             SELECT payload->>'round_id' AS round_id,
                    (payload->>'deadline')::timestamptz AS closes_at
-            FROM events WHERE type = 'RoundOpened' AND position > %(after)s
+            FROM events WHERE type = %(opened)s AND position > %(after)s
                 AND position <= %(upto)s
         ), closed AS (
             SELECT payload->>'round_id' AS round_id, min(recorded_at) AS at FROM events
-            WHERE type = 'PlayerExcluded' AND payload->>'reason' = 'timed_out'
+            WHERE type = %(excluded)s AND payload->>'reason' = %(timed_out)s
                 AND position > %(after)s
             GROUP BY 1
         )
@@ -780,7 +786,13 @@ def window_lateness(database_url: str, after: int, upto: int) -> list[float]:
         FROM opened JOIN closed USING (round_id)
     """
     with psycopg.connect(database_url) as conn:
-        return [row[0] for row in conn.execute(query, {"after": after, "upto": upto})]
+        names = {
+            "opened": RoundOpened.type,
+            "excluded": PlayerExcluded.type,
+            "timed_out": str(ExclusionReason.TIMED_OUT),
+        }
+        found = conn.execute(query, {"after": after, "upto": upto, **names})
+        return [row[0] for row in found]
 
 
 def head_and_rounds(database_url: str, after: int) -> tuple[int, int, int]:
@@ -789,9 +801,9 @@ def head_and_rounds(database_url: str, after: int) -> tuple[int, int, int]:
         # One append is one transaction, so its rows share their xmin.
         row = conn.execute(
             "SELECT coalesce(max(position), 0),"
-            " count(*) FILTER (WHERE type = 'RoundSettled' AND position > %s),"
+            " count(*) FILTER (WHERE type = %s AND position > %s),"
             " count(DISTINCT xmin::text) FILTER (WHERE position > %s) FROM events",
-            [after, after],
+            [RoundSettled.type, after, after],
         ).fetchone()
     assert row is not None
     return int(row[0]), int(row[1]), int(row[2])
