@@ -106,7 +106,7 @@ class OpenedRoundSchema(ma.Schema):
 
     round_id = ma.fields.String(required=True)
     number = ma.fields.Integer(required=True)
-    deadline = ma.fields.DateTime(required=True)
+    window_closes_at = ma.fields.DateTime(required=True)
     seats = ma.fields.List(ma.fields.Integer(), required=True)
 
 
@@ -150,6 +150,14 @@ class TableActionSchema(ma.Schema):
     shoe_revealed = ma.fields.Nested(RevealedShoeSchema, allow_none=True)
     shoe_opened = ma.fields.Nested(OpenedShoeSchema, allow_none=True)
     next_round = ma.fields.Nested(OpenedRoundSchema, allow_none=True)
+    window_closes_at = ma.fields.DateTime(
+        allow_none=True,
+        metadata={
+            "description": "When the betting window of the round this action opened closes,"
+            " if it opened one (the first bet at an idle table); a front end draws its"
+            " countdown from it."
+        },
+    )
     table_version = ma.fields.Integer(required=True)
 
 
@@ -170,6 +178,7 @@ class TableAction:
     shoe_revealed: dict[str, Any] | None
     shoe_opened: dict[str, Any] | None
     next_round: dict[str, Any] | None
+    window_closes_at: datetime | None
     table_version: int
 
 
@@ -191,6 +200,7 @@ def table_action(table_id: str, player_id: str | None, receipt: Receipt | Outcom
     revealed: dict[str, Any] | None = None
     opened_shoe: dict[str, Any] | None = None
     next_round: dict[str, Any] | None = None
+    window_closes_at: datetime | None = None
     actions: list[str] = []
     for event in receipt.events:
         if not isinstance(event, TABLE_EVENT_TYPES):
@@ -257,9 +267,12 @@ def table_action(table_id: str, player_id: str | None, receipt: Receipt | Outcom
                 next_round = {
                     "round_id": event.round_id,
                     "number": event.number,
-                    "deadline": datetime.fromisoformat(event.deadline),
+                    "window_closes_at": datetime.fromisoformat(event.deadline),
                     "seats": [seat_number for seat_number, _ in event.participants],
                 }
+            case RoundOpened():
+                # This command's own round: the bet that opened it.
+                window_closes_at = datetime.fromisoformat(event.deadline)
             case _:
                 pass
     if round_id is None and coup is not None:
@@ -278,6 +291,7 @@ def table_action(table_id: str, player_id: str | None, receipt: Receipt | Outcom
         shoe_revealed=revealed,
         shoe_opened=opened_shoe,
         next_round=next_round,
+        window_closes_at=window_closes_at,
         table_version=receipt.versions.get(table_stream(table_id), 0),
     )
 

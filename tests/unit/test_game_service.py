@@ -476,7 +476,7 @@ def test_live_state_shows_seats_and_who_has_acted() -> None:
         ("carol", False, None),
     ]
     assert state.seats[0].bets[0].stake == 1_000
-    assert state.deadline == T0 + timedelta(seconds=15)
+    assert state.window_closes_at == T0 + timedelta(seconds=15)
 
 
 class AlwaysStale(InMemoryEventStore):
