@@ -2,12 +2,21 @@
 
 from dataclasses import replace
 from datetime import timedelta
+from typing import Final
 
 import click
 
 from events.migrations import apply_migrations
 from service.embedded import database_url, redis_url
 from service.runtime.settings import Settings
+
+# rq's scheduler runs in a child process that dies when Redis goes away, and rq starts it again
+# only in its maintenance, every ten minutes by default, checked between two waits for a job,
+# each up to the worker's TTL less 15 s (seven minutes). Meanwhile no scheduled window job
+# reaches the queue: the sweeper closes the windows, but late by its interval. Checking every
+# 10 s, with waits of at most 15 s, has the scheduler back within about 25 s of Redis.
+MAINTENANCE_SECONDS: Final = 10
+WORKER_TTL_SECONDS: Final = 30
 
 
 @click.command()
@@ -58,7 +67,13 @@ def worker(queue_name: str | None, rebuilds: bool, burst: bool) -> None:
         # A SimpleWorker runs each job in this process rather than a fork per job: a job is a
         # few milliseconds of PostgreSQL, and the pool and caches built by the first job serve
         # every later one.
-        rq_worker = SimpleWorker([queue], connection=connection, serializer=JSONSerializer)
+        rq_worker = SimpleWorker(
+            [queue],
+            connection=connection,
+            serializer=JSONSerializer,
+            maintenance_interval=MAINTENANCE_SECONDS,
+            worker_ttl=WORKER_TTL_SECONDS,
+        )
         if not rebuilds:
             # Interrupted rounds are looked for now and then every minute (service/recovery.py).
             jobs.schedule_recovery(queue, timedelta(0))

@@ -1,0 +1,223 @@
+"""Redis stopped under load: bets still taken, windows still closed, scheduling resumes after.
+
+A private Redis (never the shared one) serves a real `shoebox serve`, `shoebox worker` and
+`shoebox projector` over a database of the test's own. Players bet at tables of their own with
+a one-second betting window and then only watch the table (a read never closes a window), so
+every window is closed by the RQ job at its deadline or by the projector's sweeper. Redis is
+stopped for a few seconds and started again, empty, on the same port. Then:
+
+- every bet was answered, none 500, none cut off or timed out by the client;
+- while Redis was down, bets were still acknowledged and every window was still closed, by the
+  sweeper, within its interval plus slack of its deadline (a correctness bound, not a speed
+  one: the lateness is measured and printed);
+- once Redis was back, windows were again closed by the worker's RQ jobs;
+- every 2xx is in the log, the chain verifies, every stake settles once, money is conserved.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from domain.round import CardDrawn, RoundEndedWithoutPlay, RoundOpened, RoundVoided
+from events.postgres import PostgresEventStore, app_conninfo, open_pool
+from tests.e2e.servers import serve
+from tests.faults.figures import Figures
+from tests.faults.load import REQUEST_TIMEOUT_SECONDS, Load, check_books, cli_key, setup_tables
+from tests.faults.private_servers import private_redis
+
+SHOEBOX = Path(sys.executable).with_name("shoebox")
+TABLES = 4
+WINDOW_MS = 1_000
+# Longer than rq's scheduler's one-second tick, so that with Redis up the RQ job usually
+# closes a window first and both closers are seen at work.
+SWEEP_SECONDS = 2.0
+# How late the sweeper may close a window with Redis down: its interval, plus the projector's
+# lag and a busy two-core machine's slack. A bound on correctness, not a speed target.
+LATENESS_BOUND_SECONDS = SWEEP_SECONDS + 6.0
+UP_SECONDS = 4.0
+OUTAGE_SECONDS = 6.0
+RESUME_BOUND_SECONDS = 30.0
+ROUND_BOUND_SECONDS = 20.0
+# The first event of a closed window: its deal, or the round's end when nobody may play.
+DEALT = (CardDrawn.type, RoundEndedWithoutPlay.type, RoundVoided.type)
+OVER = ("idle", "settled", "ended_without_play")
+CLOSED_BY_WORKER = "closed the window of round "
+CLOSED_BY_SWEEPER = "swept the lapsed window of round "
+
+
+@contextmanager
+def process(arguments: list[str], environment: dict[str, str], log: Path) -> Iterator[None]:
+    """A `shoebox` command running beside the test; stopped with SIGTERM (then SIGKILL)."""
+    with log.open("ab") as sink:
+        child = subprocess.Popen(
+            [str(SHOEBOX), *arguments], env=environment, stdout=sink, stderr=subprocess.STDOUT
+        )
+    try:
+        yield
+        assert child.poll() is None, f"shoebox {arguments[0]} exited: {log.read_text()[-2000:]}"
+    finally:
+        child.send_signal(signal.SIGTERM)
+        try:
+            child.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+
+
+def closed_rounds(log: Path, marker: str) -> set[str]:
+    """The rounds a worker's or projector's JSON log says it closed."""
+    found = set()
+    for line in log.read_text().splitlines():
+        try:
+            message = str(json.loads(line).get("message", ""))
+        except ValueError:
+            continue
+        if marker in message:
+            found.add(message.split(marker, 1)[1].split()[0])
+    return found
+
+
+class Watchers(Load):
+    """Players who bet, then watch their table until the round is over, and bet again."""
+
+    def __init__(self, frontend: str) -> None:
+        super().__init__(frontend, deal=False)
+        self.rounds: list[tuple[str, float, float | None]] = []  # round, bet's time, seen over
+        self.open_since: dict[str, float] = {}
+
+    def play(self, table: str, player: str) -> None:
+        deadline = time.monotonic() + 90
+        while not self.stop.is_set() and time.monotonic() < deadline:
+            bet = {"player_id": player, "spot": "banker", "stake_pence": 100}
+            placed = self.request("POST", f"/v1/tables/{table}/bets", bet)
+            if not placed.acknowledged:
+                continue
+            round_id = str(placed.document["round_id"])
+            over: float | None = None
+            watch_until = time.monotonic() + ROUND_BOUND_SECONDS
+            while time.monotonic() < watch_until:
+                state = self.request("GET", f"/v1/tables/{table}/state", None)
+                document = state.document if isinstance(state.document, dict) else {}
+                if document.get("round_id") != round_id or document.get("phase") in OVER:
+                    over = time.monotonic()
+                    break
+                time.sleep(0.1)
+            with self.lock:
+                self.rounds.append((round_id, placed.finished, over))
+            if over is None:  # never closed: the assertion names it; stop this table
+                return
+
+
+def lateness(database_url: str, rounds: set[str]) -> dict[str, float]:
+    """Seconds between each round's deadline and the first event after it closed, from the log."""
+    deadlines: dict[str, datetime] = {}
+    closed: dict[str, datetime] = {}
+    with open_pool(app_conninfo(database_url, environ={}), max_size=1) as pool:
+        store = PostgresEventStore(pool)
+        position = 0
+        while batch := store.read_all(position, 2_000, upcast=False):
+            for event in batch:
+                round_id = event.payload.get("round_id")
+                if round_id not in rounds:
+                    continue
+                if event.type == RoundOpened.type:
+                    deadline = str(event.payload["deadline"])
+                    deadlines[str(round_id)] = datetime.fromisoformat(deadline)
+                elif event.type in DEALT and round_id not in closed:
+                    closed[str(round_id)] = event.recorded_at
+            position = batch[-1].position
+    return {r: (closed[r] - deadlines[r]).total_seconds() for r in rounds if r in closed}
+
+
+@pytest.mark.slow
+def test_redis_stopped_under_load_bets_taken_windows_closed_scheduling_resumes(
+    tmp_path: Path, fresh_database: str
+) -> None:
+    url = fresh_database
+    ops, frontend = cli_key(url, "ops"), cli_key(url, "frontend")
+    with private_redis(tmp_path / "redis") as redis:
+        environment = {
+            **os.environ,
+            "DATABASE_URL": url,
+            "REDIS_URL": redis.url,
+            "SHOEBOX_RATE_LIMIT_PER_SECOND": "0",
+        }
+        environment.pop("SHOEBOX_APP_DATABASE_URL", None)
+        worker_log, projector_log = tmp_path / "worker.log", tmp_path / "projector.log"
+        sweep = ["projector", "--sweep-interval", str(SWEEP_SECONDS), "--poll-interval", "1"]
+        with (
+            process(["worker"], environment, worker_log),
+            process(sweep, environment, projector_log),
+            serve(url, tmp_path / "serve.log", environment, workers=2) as server,
+        ):
+            pairs = setup_tables(server.base, ops, frontend, TABLES, window_ms=WINDOW_MS)
+            load = Watchers(frontend)
+            load.base = server.base
+            load.start(pairs)
+            try:
+                time.sleep(UP_SECONDS)
+                redis.stop()
+                down = time.monotonic()
+                time.sleep(OUTAGE_SECONDS)
+                restarting = time.monotonic()
+                redis.start()
+                back = time.monotonic()
+                resumed = wait_for_worker(load, worker_log, back)
+            finally:
+                load.finish()
+
+    sent = list(load.sent)
+    statuses = load.statuses
+    assert all(isinstance(s.status, int) and s.status < 500 for s in sent), statuses
+    assert max(s.finished - s.started for s in sent) < REQUEST_TIMEOUT_SECONDS
+    stuck = [r for r, _, over in load.rounds if over is None]
+    assert not stuck, f"windows never closed: {stuck}"
+
+    # Rounds whose bet was taken while Redis was down (its deadline a second later).
+    outage = {r for r, at, _ in load.rounds if down <= at and at + WINDOW_MS / 1000 < restarting}
+    assert outage, "no bet was taken while Redis was down"
+    by_worker = closed_rounds(worker_log, CLOSED_BY_WORKER)
+    by_sweeper = closed_rounds(projector_log, CLOSED_BY_SWEEPER)
+    assert outage <= by_sweeper, outage - by_sweeper
+    late = lateness(url, outage)
+    assert set(late) == outage
+    assert max(late.values()) < LATENESS_BOUND_SECONDS, late
+
+    _, found = check_books(url, load.acknowledged)
+    print(
+        f"Redis stopped: {len(outage)} rounds bet while it was down, all closed by the sweeper,"
+        f" lateness median {statistics.median(late.values()):.2f} s, max"
+        f" {max(late.values()):.2f} s; closed by the worker again {resumed:.2f} s after its"
+        f" return; {len(by_worker)} rounds closed by the worker, {len(by_sweeper)} by the"
+        f" sweeper in all; statuses {statuses}"
+    )
+    Figures(
+        "Redis stopped under load",
+        sent=len(sent),
+        acknowledged=len(load.acknowledged),
+        found_in_log=found,
+    ).record()
+
+
+def wait_for_worker(load: Watchers, worker_log: Path, back: float) -> float:
+    """Seconds from Redis's return until the worker closed a round bet after it returned."""
+    deadline = back + RESUME_BOUND_SECONDS
+    while time.monotonic() < deadline:
+        with load.lock:
+            since = {r for r, at, _ in load.rounds if at >= back}
+        if since & closed_rounds(worker_log, CLOSED_BY_WORKER):
+            return time.monotonic() - back
+        time.sleep(0.2)
+    raise AssertionError(f"the worker closed no window within {RESUME_BOUND_SECONDS:g} s")
