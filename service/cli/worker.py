@@ -1,22 +1,12 @@
 """`shoebox worker`: the RQ worker, with rq's scheduler, that closes betting windows on time."""
 
 from dataclasses import replace
-from datetime import timedelta
-from typing import Final
 
 import click
 
 from events.migrations import apply_migrations
 from service.embedded import database_url, redis_url
 from service.runtime.settings import Settings
-
-# rq's scheduler runs in a child process that dies when Redis goes away, and rq starts it again
-# only in its maintenance, every ten minutes by default, checked between two waits for a job,
-# each up to the worker's TTL less 15 s (seven minutes). Meanwhile no scheduled window job
-# reaches the queue: the sweeper closes the windows, but late by its interval. Checking every
-# 10 s, with waits of at most 15 s, has the scheduler back within about 25 s of Redis.
-MAINTENANCE_SECONDS: Final = 10
-WORKER_TTL_SECONDS: Final = 30
 
 
 @click.command()
@@ -40,11 +30,7 @@ def worker(queue_name: str | None, rebuilds: bool, burst: bool) -> None:
     worker runs one job at a time and a rebuild of a long log takes minutes.
     """
     # Imported here: the CLI's other commands should not pay for importing rq and the service.
-    from redis import Redis
-    from rq import Queue, SimpleWorker
-    from rq.serializers import JSONSerializer
-
-    from service.runtime import jobs
+    from service.runtime import jobs, rq_worker
     from service.runtime.logs import configure_logging
     from service.runtime.scheduler import REBUILD_QUEUE, WINDOW_QUEUE
     from service.runtime.signing import signing_keys
@@ -62,28 +48,18 @@ def worker(queue_name: str | None, rebuilds: bool, burst: bool) -> None:
             replace(settings, database_url=db_url, redis_url=queue_url),
             WINDOW_QUEUE if rebuilds else name,
         )
-        connection = Redis.from_url(queue_url)
-        queue = Queue(name, connection=connection, serializer=JSONSerializer)
+        periodic: tuple[rq_worker.Periodic, ...] = ()
+        if not rebuilds:
+            # Interrupted rounds are looked for now and then every minute (service/recovery.py).
+            periodic += ((jobs.RECOVERY_JOB_PREFIX, jobs.schedule_recovery),)
+            # The log's head is signed every minute that saw appends, if a signing key is set.
+            if signing_keys(settings) is not None:
+                periodic += ((jobs.CHECKPOINT_JOB_PREFIX, jobs.schedule_checkpoints),)
+        click.echo(f"worker serving queue {name!r} on {queue_url}", err=True)
         # A SimpleWorker runs each job in this process rather than a fork per job: a job is a
         # few milliseconds of PostgreSQL, and the pool and caches built by the first job serve
         # every later one.
-        rq_worker = SimpleWorker(
-            [queue],
-            connection=connection,
-            serializer=JSONSerializer,
-            maintenance_interval=MAINTENANCE_SECONDS,
-            worker_ttl=WORKER_TTL_SECONDS,
-        )
-        if not rebuilds:
-            # Interrupted rounds are looked for now and then every minute (service/recovery.py).
-            jobs.schedule_recovery(queue, timedelta(0))
-            # The log's head is signed every minute that saw appends, if a signing key is set.
-            if signing_keys(settings) is not None:
-                jobs.schedule_checkpoints(queue, timedelta(0))
-        click.echo(f"worker serving queue {queue.name!r} on {queue_url}", err=True)
-        # rq logs every job it starts and finishes, and the scheduler each minute's jobs, at
-        # INFO; the jobs log what they did, so the worker is quiet when nothing happens.
-        rq_worker.work(burst=burst, with_scheduler=True, logging_level="WARNING")
+        rq_worker.work(queue_url, name, periodic, burst=burst)
 
 
 commands: list[click.Command] = [worker]
