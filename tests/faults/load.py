@@ -1,19 +1,25 @@
 """Concurrent rounds against a real server, every request recorded, and the books checked after.
 
-Threads play rounds (a bet, then Deal, or a bet alone when the betting window deals) at tables
-of their own, each request with its own X-Request-Id and a client timeout, so that a fault test
-can say what was sent, what was answered how and when, and find every 2xx in the log.
+Threads play rounds at tables of their own (Load: a bet, then Deal; Watchers: a bet, then only
+reading the table's state until its window has been closed and dealt by someone else), each
+request with its own X-Request-Id and a client timeout, so that a fault test can say what was
+sent, what was answered how and when, and find every 2xx in the log.
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from click.testing import CliRunner
@@ -23,8 +29,12 @@ from service.cli import main
 from tests.faults.figures import count_found
 from tests.stateful import Books
 
+SHOEBOX = Path(sys.executable).with_name("shoebox")
 REQUEST_TIMEOUT_SECONDS = 10.0
 PLAY_LIMIT_SECONDS = 90.0
+ROUND_BOUND_SECONDS = 20.0
+# A round's phases once it is over (the table's state keeps its round id until the next one).
+OVER = ("idle", "settled", "ended_without_play")
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +150,70 @@ class Load:
         raise AssertionError(f"nothing matched within {within:g} s; statuses {self.statuses}")
 
 
+def companion(player: str) -> str:
+    """The second player at a player's table (setup_tables with companions)."""
+    return f"q{player.removeprefix('p')}"
+
+
+class Watchers(Load):
+    """Two players a table: both bet, one presses Deal, and they watch until the round is over.
+
+    The other never acts, so the round waits for its betting window: whoever closes it (the RQ
+    job, the sweeper, recovery) excludes the silent player, returning that stake, and deals for
+    the one who pressed Deal. Reading the state closes nothing, so no player's request does.
+    """
+
+    def __init__(self, frontend: str) -> None:
+        super().__init__(frontend, deal=False)
+        self.rounds: list[tuple[str, float, float | None]] = []  # round, bet's time, seen over
+
+    def play(self, table: str, player: str) -> None:
+        deadline = time.monotonic() + PLAY_LIMIT_SECONDS
+        while not self.stop.is_set() and time.monotonic() < deadline:
+            bet = {"player_id": player, "spot": "banker", "stake_pence": 100}
+            placed = self.request("POST", f"/v1/tables/{table}/bets", bet)
+            if not placed.acknowledged:
+                continue
+            round_id = str(placed.document["round_id"])
+            silent = {**bet, "player_id": companion(player), "spot": "player"}
+            self.request("POST", f"/v1/tables/{table}/bets", silent)
+            self.request("POST", f"/v1/tables/{table}/deal", {"player_id": player})
+            over: float | None = None
+            watch_until = time.monotonic() + ROUND_BOUND_SECONDS
+            while time.monotonic() < watch_until:
+                state = self.request("GET", f"/v1/tables/{table}/state", None)
+                document = state.document if isinstance(state.document, dict) else {}
+                if document.get("round_id") != round_id or document.get("phase") in OVER:
+                    over = time.monotonic()
+                    break
+                time.sleep(0.1)
+            with self.lock:
+                self.rounds.append((round_id, placed.finished, over))
+            if over is None:  # never closed: the assertion names it; stop this table
+                return
+
+
+@contextmanager
+def shoebox(
+    arguments: list[str], environment: dict[str, str], log: Path
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A `shoebox` command running beside the test; stopped with SIGTERM (then SIGKILL) after."""
+    with log.open("ab") as sink:
+        child = subprocess.Popen(
+            [str(SHOEBOX), *arguments], env=environment, stdout=sink, stderr=subprocess.STDOUT
+        )
+    try:
+        yield child
+    finally:
+        if child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+        try:
+            child.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+
+
 def cli_key(database_url: str, role: str) -> str:
     """A new API key's secret, made with the CLI as an operator would."""
     created = CliRunner().invoke(
@@ -152,13 +226,19 @@ def cli_key(database_url: str, role: str) -> str:
 
 
 def setup_tables(
-    base: str, ops: str, frontend: str, tables: int, window_ms: int | None = None
+    base: str,
+    ops: str,
+    frontend: str,
+    tables: int,
+    window_ms: int | None = None,
+    companions: bool = False,
 ) -> list[tuple[str, str]]:
-    """`tables` tables, each with a funded player seated: the (table, player) pairs."""
+    """`tables` tables, each with a funded player seated (and a companion, if asked): the
+    (table, player) pairs."""
     load = Load(ops)
     load.base = base
     pairs = [(f"K{n}", f"p{n}") for n in range(tables)]
-    for table, player in pairs:
+    for table, first in pairs:
         body: dict[str, object] = {
             "table_id": table,
             "seats": 7,
@@ -170,11 +250,13 @@ def setup_tables(
             body["betting_window_ms"] = window_ms
         created = load.request("POST", "/v1/tables", body)
         assert created.status == 201, created
-        deposit = {"amount_pence": 1_000_000, "reason": "fault float"}
-        assert load.request("POST", f"/v1/wallets/{player}/deposits", deposit).status == 201
-        seat = {"player_id": player, "seat": 1}
-        seated = load.request("POST", f"/v1/tables/{table}/seats", seat, frontend)
-        assert seated.status == 201, seated
+        players = [first, companion(first)] if companions else [first]
+        for seat, player in enumerate(players, start=1):
+            deposit = {"amount_pence": 1_000_000, "reason": "fault float"}
+            assert load.request("POST", f"/v1/wallets/{player}/deposits", deposit).status == 201
+            sit = {"player_id": player, "seat": seat}
+            seated = load.request("POST", f"/v1/tables/{table}/seats", sit, frontend)
+            assert seated.status == 201, seated
     return pairs
 
 

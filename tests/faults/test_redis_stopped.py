@@ -18,13 +18,9 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
@@ -34,7 +30,14 @@ from domain.round import CardDrawn, RoundEndedWithoutPlay, RoundOpened, RoundVoi
 from events.postgres import PostgresEventStore, app_conninfo, open_pool
 from tests.e2e.servers import serve
 from tests.faults.figures import Figures
-from tests.faults.load import REQUEST_TIMEOUT_SECONDS, Load, check_books, cli_key, setup_tables
+from tests.faults.load import (
+    REQUEST_TIMEOUT_SECONDS,
+    Watchers,
+    check_books,
+    cli_key,
+    setup_tables,
+    shoebox,
+)
 from tests.faults.private_servers import private_redis
 
 SHOEBOX = Path(sys.executable).with_name("shoebox")
@@ -49,31 +52,10 @@ LATENESS_BOUND_SECONDS = SWEEP_SECONDS + 6.0
 UP_SECONDS = 4.0
 OUTAGE_SECONDS = 6.0
 RESUME_BOUND_SECONDS = 30.0
-ROUND_BOUND_SECONDS = 20.0
 # The first event of a closed window: its deal, or the round's end when nobody may play.
 DEALT = (CardDrawn.type, RoundEndedWithoutPlay.type, RoundVoided.type)
-OVER = ("idle", "settled", "ended_without_play")
 CLOSED_BY_WORKER = "closed the window of round "
 CLOSED_BY_SWEEPER = "swept the lapsed window of round "
-
-
-@contextmanager
-def process(arguments: list[str], environment: dict[str, str], log: Path) -> Iterator[None]:
-    """A `shoebox` command running beside the test; stopped with SIGTERM (then SIGKILL)."""
-    with log.open("ab") as sink:
-        child = subprocess.Popen(
-            [str(SHOEBOX), *arguments], env=environment, stdout=sink, stderr=subprocess.STDOUT
-        )
-    try:
-        yield
-        assert child.poll() is None, f"shoebox {arguments[0]} exited: {log.read_text()[-2000:]}"
-    finally:
-        child.send_signal(signal.SIGTERM)
-        try:
-            child.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
 
 
 def closed_rounds(log: Path, marker: str) -> set[str]:
@@ -87,37 +69,6 @@ def closed_rounds(log: Path, marker: str) -> set[str]:
         if marker in message:
             found.add(message.split(marker, 1)[1].split()[0])
     return found
-
-
-class Watchers(Load):
-    """Players who bet, then watch their table until the round is over, and bet again."""
-
-    def __init__(self, frontend: str) -> None:
-        super().__init__(frontend, deal=False)
-        self.rounds: list[tuple[str, float, float | None]] = []  # round, bet's time, seen over
-        self.open_since: dict[str, float] = {}
-
-    def play(self, table: str, player: str) -> None:
-        deadline = time.monotonic() + 90
-        while not self.stop.is_set() and time.monotonic() < deadline:
-            bet = {"player_id": player, "spot": "banker", "stake_pence": 100}
-            placed = self.request("POST", f"/v1/tables/{table}/bets", bet)
-            if not placed.acknowledged:
-                continue
-            round_id = str(placed.document["round_id"])
-            over: float | None = None
-            watch_until = time.monotonic() + ROUND_BOUND_SECONDS
-            while time.monotonic() < watch_until:
-                state = self.request("GET", f"/v1/tables/{table}/state", None)
-                document = state.document if isinstance(state.document, dict) else {}
-                if document.get("round_id") != round_id or document.get("phase") in OVER:
-                    over = time.monotonic()
-                    break
-                time.sleep(0.1)
-            with self.lock:
-                self.rounds.append((round_id, placed.finished, over))
-            if over is None:  # never closed: the assertion names it; stop this table
-                return
 
 
 def lateness(database_url: str, rounds: set[str]) -> dict[str, float]:
@@ -158,11 +109,13 @@ def test_redis_stopped_under_load_bets_taken_windows_closed_scheduling_resumes(
         worker_log, projector_log = tmp_path / "worker.log", tmp_path / "projector.log"
         sweep = ["projector", "--sweep-interval", str(SWEEP_SECONDS), "--poll-interval", "1"]
         with (
-            process(["worker"], environment, worker_log),
-            process(sweep, environment, projector_log),
+            shoebox(["worker"], environment, worker_log) as worker,
+            shoebox(sweep, environment, projector_log) as projector,
             serve(url, tmp_path / "serve.log", environment, workers=2) as server,
         ):
-            pairs = setup_tables(server.base, ops, frontend, TABLES, window_ms=WINDOW_MS)
+            pairs = setup_tables(
+                server.base, ops, frontend, TABLES, window_ms=WINDOW_MS, companions=True
+            )
             load = Watchers(frontend)
             load.base = server.base
             load.start(pairs)
@@ -177,6 +130,8 @@ def test_redis_stopped_under_load_bets_taken_windows_closed_scheduling_resumes(
                 resumed = wait_for_worker(load, worker_log, back)
             finally:
                 load.finish()
+            assert worker.poll() is None, worker_log.read_text()[-2000:]
+            assert projector.poll() is None, projector_log.read_text()[-2000:]
 
     sent = list(load.sent)
     statuses = load.statuses
