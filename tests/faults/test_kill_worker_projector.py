@@ -66,7 +66,9 @@ def armed(environment: dict[str, str], failpoint: str, marker: Path) -> dict[str
 def kill_when_paused(child: subprocess.Popen[bytes], marker: Path, log: Path) -> None:
     """Wait (boundedly) until the process reports its failpoint reached, then SIGKILL it."""
     deadline = time.monotonic() + MARKER_SECONDS
-    while not marker.exists():
+    # Written by the paused process (by each of the projector's threads that gets there): seen
+    # empty for a moment between its creation and its write.
+    while not (marker.exists() and marker.read_text().strip()):
         assert child.poll() is None, log.read_text()[-2000:]
         assert time.monotonic() < deadline, f"the failpoint was not reached: {log.read_text()}"
         time.sleep(0.05)
