@@ -9,7 +9,11 @@ restart does.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+import signal
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -56,8 +60,17 @@ class _Restartable:
     def stop(self) -> None:
         """Stop it (PostgreSQL: pg_ctl's fast shutdown; Redis: SIGTERM) and wait until gone."""
         server, self._server = self._server, None
-        if server is not None:
+        if server is None:
+            return
+        pid = server.pid
+        try:
             server.__exit__(None, None, None)
+        except BaseException:
+            # Never leave a server of ours behind: SIGQUIT is an immediate shutdown for
+            # PostgreSQL and a plain exit for Redis.
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGQUIT)
+            raise
 
 
 class PrivatePostgres(_Restartable):
@@ -101,15 +114,28 @@ class PrivateRedis(_Restartable):
 
 
 @contextmanager
-def private_postgres(data_dir: Path) -> Iterator[PrivatePostgres]:
-    """A running private PostgreSQL with the service's database migrated; stopped afterwards."""
-    server = PrivatePostgres(data_dir)
-    server.start()
+def private_postgres(logs: Path) -> Iterator[PrivatePostgres]:
+    """A running private PostgreSQL with the service's database migrated; stopped afterwards.
+
+    Its cluster lives in a directory of its own under the system's temporary directory, not
+    under pytest's: when root, PostgreSQL runs as an unprivileged account that must be able to
+    reach it, and any pytest session starting on the machine makes pytest's root private
+    (0700). Its log is copied to `logs`, and the cluster deleted, once it has stopped.
+    """
+    scratch = Path(tempfile.mkdtemp(prefix="shoebox-fault-postgres-"))
+    server = PrivatePostgres(scratch / "postgres")
     try:
-        server.create_database()
-        yield server
+        server.start()
+        try:
+            server.create_database()
+            yield server
+        finally:
+            server.stop()
     finally:
-        server.stop()
+        logs.mkdir(parents=True, exist_ok=True)
+        for log in scratch.glob("postgres/*.log"):
+            shutil.copy(log, logs / log.name)
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 @contextmanager

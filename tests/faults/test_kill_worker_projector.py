@@ -46,10 +46,10 @@ from tests.faults.figures import Figures
 from tests.faults.load import Watchers, check_books, cli_key, setup_tables, shoebox
 from tests.faults.private_servers import private_redis
 
-TABLES = 3
+TABLES = 4
 WINDOW_MS = 1_000
 MARKER_SECONDS = 30.0
-AFTER_RESTART_SECONDS = 3.0
+AFTER_RESTART_SECONDS = 4.0
 CATCH_UP_SECONDS = 30.0
 MODELS: tuple[type[Projection], ...] = (*read_models.PROJECTIONS, OpenRoundsProjection)
 

@@ -85,8 +85,11 @@ def test_postgres_restarted_under_load_is_503_then_recovers_losing_nothing(
         # Answered, every one of them: nothing refused, reset or left hanging to the timeout.
         assert all(isinstance(s.status, int) for s in sent), statuses
         assert max(s.finished - s.started for s in sent) < REQUEST_TIMEOUT_SECONDS
+        # Recovered for good: no pooled session left over from before the restart fails a
+        # request once the service has answered again.
         after = [s for s in sent if s.started >= first.finished]
         assert any(s.acknowledged for s in after), statuses
+        assert not [s for s in after if s.status == 503], [s for s in after if s.status == 503]
 
         acknowledged = load.acknowledged
         _, found = check_books(url, acknowledged)
