@@ -44,7 +44,7 @@ class Sent:
     method: str
     path: str
     request_id: str
-    status: int | str  # the status, or the name of the OSError (refused, reset, timed out)
+    status: int | str  # the status, or the name of the error (refused, reset, timed out, cut off)
     retry_after: str | None
     started: float  # time.monotonic()
     finished: float
@@ -102,7 +102,9 @@ class Load:
                 document = json.loads(text) if text.strip() else None
             except ValueError:  # not JSON: kept as sent, for the assertion that shows it
                 document = text.decode(errors="replace")
-        except OSError as error:  # refused, reset or timed out: not acknowledged
+        # Refused, reset, timed out, or cut off mid-answer (IncompleteRead, a killed server):
+        # not acknowledged.
+        except (OSError, http.client.HTTPException) as error:
             status = type(error).__name__
         finally:
             connection.close()
