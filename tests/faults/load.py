@@ -184,7 +184,8 @@ class Watchers(Load):
             watch_until = time.monotonic() + ROUND_BOUND_SECONDS
             while time.monotonic() < watch_until:
                 state = self.request("GET", f"/v1/tables/{table}/state", None)
-                document = state.document if isinstance(state.document, dict) else {}
+                # Only a state read says anything: a refused read is no sign of a round's end.
+                document = state.document if state.status == 200 else {"round_id": round_id}
                 if document.get("round_id") != round_id or document.get("phase") in OVER:
                     over = time.monotonic()
                     break
