@@ -163,13 +163,21 @@ def _configure(conn: Connection[TupleRow]) -> None:
     conn.commit()
 
 
+# psycopg_pool retries a lost connection after 1, 2, 4, 8... seconds with no cap, so after an
+# outage of minutes its next attempt could come minutes after the server is back. Giving up
+# a slot's attempts after this long bounds the gap: a waiting checkout then grows the pool
+# afresh, starting again at one second, so no gap between attempts exceeds about 8 s.
+RECONNECT_GIVE_UP_SECONDS: Final = 20.0
+
+
 def open_pool(
     conninfo: str, *, min_size: int = 1, max_size: int = 8, timeout: float = 30.0
 ) -> Pool:
     """An open pool whose sessions read timestamps in UTC; a checkout waits at most `timeout` s.
 
     A connection lost (a restarted server) is discarded when it is returned, and the pool
-    reconnects in the background with exponential backoff (psycopg_pool's own).
+    reconnects in the background with exponential backoff (psycopg_pool's own), bounded by
+    RECONNECT_GIVE_UP_SECONDS.
     """
     return ConnectionPool(
         conninfo,
@@ -178,6 +186,7 @@ def open_pool(
         configure=_configure,
         open=True,
         timeout=timeout,
+        reconnect_timeout=RECONNECT_GIVE_UP_SECONDS,
     )
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
@@ -35,7 +35,7 @@ from events.postgres import (
 )
 from events.projections.base import LIVE, SHADOW, Projection
 from events.store import Clock, RecordedEvent, to_utc, utc_now
-from events.subscription import CatchUpSubscription
+from events.subscription import BatchHandler, CatchUpSubscription
 from events.upcasting import Upcasters
 
 _logger = logging.getLogger(__name__)
@@ -75,20 +75,24 @@ def subscriptions(
     batch_size: int = LIVE_BATCH,
     clock: Clock = utc_now,
     upcasters: Upcasters | None = None,
+    after_apply: Callable[[], None] | None = None,
 ) -> list[CatchUpSubscription]:
     """One catch-up subscription per named projection, each checkpointed under its name.
 
     Each projection reads events through `upcasters` (none when not given): the caller, which
-    knows the events, passes the registry its stores use.
+    knows the events, passes the registry its stores use. `after_apply`, if given, runs inside
+    each batch's transaction once the projection has applied it and before the checkpoint moves
+    (a test failpoint: a process killed there dies mid-batch).
     """
     found: list[CatchUpSubscription] = []
     for cls in projections:
         projection = cls(LIVE)
+        handler = projection.apply if after_apply is None else _then(projection.apply, after_apply)
         found.append(
             CatchUpSubscription(
                 pool,
                 projection.name,
-                projection.apply,
+                handler,
                 batch_size=batch_size,
                 categories=projection.categories,
                 poll_interval=poll_interval,
@@ -98,6 +102,14 @@ def subscriptions(
             )
         )
     return found
+
+
+def _then(handler: BatchHandler, after: Callable[[], None]) -> BatchHandler:
+    def apply_then(conn: Connection[TupleRow], events: Sequence[RecordedEvent]) -> None:
+        handler(conn, events)
+        after()
+
+    return apply_then
 
 
 def catch_up(pool: Pool, projections: Catalogue, *, upcasters: Upcasters | None = None) -> int:

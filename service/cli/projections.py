@@ -17,10 +17,11 @@ from events.snapshots import PostgresSnapshotStore
 from events.store import utc_now
 from service.application.game.open_rounds import OpenRoundsProjection, PostgresOpenRounds
 from service.application.game.sweeper import SWEEP_INTERVAL, WindowSweeper
-from service.application.game.tables import GameService
+from service.application.game.tables import GameService, WindowScheduler
 from service.application.read_models import projector as read_models
 from service.application.upcasters import upcasters
 from service.embedded import database_url
+from service.runtime.failpoints import projection_batch_hook
 from service.runtime.logs import configure_logging
 from service.runtime.settings import Settings
 
@@ -84,12 +85,16 @@ def projector(poll_interval: float, sweep_interval: float, names: tuple[str, ...
     # A connection per subscription and one for its listener's fallback queries, and two for
     # the sweeper (its look at the index, and the window it closes).
     with _pool(max_size=len(chosen) + 5) as pool:
-        following = read_models.subscriptions(pool, chosen, poll_interval=poll_interval)
+        following = read_models.subscriptions(
+            pool, chosen, poll_interval=poll_interval, after_apply=projection_batch_hook()
+        )
         following += runner.subscriptions(
             pool, [OpenRoundsProjection], poll_interval=poll_interval, upcasters=upcasters()
         )
         running = read_models.Projector(following)
-        sweeper = window_sweeper(pool, interval=sweep_interval)
+        sweeper = window_sweeper(
+            pool, interval=sweep_interval, redis_url=Settings.from_env().redis_url
+        )
         running.start()
         sweeper.start()
         click.echo(
@@ -102,10 +107,25 @@ def projector(poll_interval: float, sweep_interval: float, names: tuple[str, ...
         running.stop()
 
 
-def window_sweeper(pool: Pool, *, interval: float = SWEEP_INTERVAL) -> WindowSweeper:
-    """The sweeper over the projector's pool: PostgreSQL only, no scheduler, no Redis."""
+def window_sweeper(
+    pool: Pool, *, interval: float = SWEEP_INTERVAL, redis_url: str | None = None
+) -> WindowSweeper:
+    """The sweeper over the projector's pool: it needs PostgreSQL only.
+
+    Dealing a round can open the next one; with `redis_url` its window goes to the worker's timer as
+    the API and the worker do. Without it, a round the sweeper opened would never reach the timer,
+    and its table's windows would be closed by the sweeper alone from then on, even once Redis
+    is back (tests/faults/test_redis_stopped.py). A Redis that is down costs nothing here: the
+    scheduler fails fast and logs.
+    """
     store = PostgresEventStore(pool, utc_now, upcasters())
-    games = GameService(store, utc_now, snapshots=PostgresSnapshotStore(pool, utc_now))
+    scheduler: WindowScheduler | None = None
+    if redis_url:
+        # Imported here: the CLI's other commands should not pay for importing rq.
+        from service.runtime.scheduler import RedisWindowScheduler
+
+        scheduler = RedisWindowScheduler.from_url(redis_url)
+    games = GameService(store, utc_now, scheduler, snapshots=PostgresSnapshotStore(pool, utc_now))
     # The index is kept by this very process's subscription; catching it up before each look
     # as well costs one query when it is current, and keeps the sweep right if it lags.
     return WindowSweeper(games, PostgresOpenRounds(pool, upcasters()), utc_now, interval=interval)

@@ -1,7 +1,6 @@
 """`shoebox worker`: the window timer that closes betting windows on time, and the RQ worker."""
 
 from dataclasses import replace
-from datetime import timedelta
 
 import click
 
@@ -35,11 +34,9 @@ def worker(queue_name: str | None, rebuilds: bool, burst: bool) -> None:
     """
     # Imported here: the CLI's other commands should not pay for importing rq and the service.
     from redis import Redis
-    from rq import Queue, SimpleWorker
-    from rq.serializers import JSONSerializer
 
     from events.store import utc_now
-    from service.runtime import jobs
+    from service.runtime import jobs, rq_worker
     from service.runtime.logs import configure_logging
     from service.runtime.scheduler import REBUILD_QUEUE, WINDOW_QUEUE, WindowTimer
     from service.runtime.signing import signing_keys
@@ -57,33 +54,31 @@ def worker(queue_name: str | None, rebuilds: bool, burst: bool) -> None:
             replace(settings, database_url=db_url, redis_url=queue_url),
             WINDOW_QUEUE if rebuilds else name,
         )
-        connection = Redis.from_url(queue_url)
-        queue = Queue(name, connection=connection, serializer=JSONSerializer)
-        # A SimpleWorker runs each job in this process rather than a fork per job: a job is a
-        # few milliseconds of PostgreSQL, and the pool and caches built by the first job serve
-        # every later one.
-        rq_worker = SimpleWorker([queue], connection=connection, serializer=JSONSerializer)
+        periodic: tuple[rq_worker.Periodic, ...] = ()
+        if not rebuilds:
+            # Interrupted rounds are looked for now and then every minute (service/recovery.py).
+            periodic += ((jobs.RECOVERY_JOB_PREFIX, jobs.schedule_recovery),)
+            # The log's head is signed every minute that saw appends, if a signing key is set.
+            if signing_keys(settings) is not None:
+                periodic += ((jobs.CHECKPOINT_JOB_PREFIX, jobs.schedule_checkpoints),)
+        click.echo(f"worker serving queue {name!r} on {queue_url}", err=True)
         timer: WindowTimer | None = None
         if not rebuilds:
             # Beside rq's loop, on threads of its own: a window's deadline cannot wait for a
-            # recovery job to finish, nor for rq's once-a-second scheduler.
+            # recovery job to finish, nor for rq's once-a-second scheduler. The timer keeps
+            # trying when Redis goes away, and rq's loop is started again (rq_worker.work).
             timer = WindowTimer(
-                connection, jobs.close_betting_window, queue_name=name, clock=utc_now
+                Redis.from_url(queue_url), jobs.close_betting_window, queue_name=name, clock=utc_now
             )
             if burst:
                 timer.take_due()  # once, like rq's burst: what is due now, then stop
             else:
                 timer.start()
-            # Interrupted rounds are looked for now and then every minute (service/recovery.py).
-            jobs.schedule_recovery(queue, timedelta(0))
-            # The log's head is signed every minute that saw appends, if a signing key is set.
-            if signing_keys(settings) is not None:
-                jobs.schedule_checkpoints(queue, timedelta(0))
-        click.echo(f"worker serving queue {queue.name!r} on {queue_url}", err=True)
-        # rq logs every job it starts and finishes, and the scheduler each minute's jobs, at
-        # INFO; the jobs log what they did, so the worker is quiet when nothing happens.
         try:
-            rq_worker.work(burst=burst, with_scheduler=True, logging_level="WARNING")
+            # A SimpleWorker runs each job in this process rather than a fork per job: a job is a
+            # few milliseconds of PostgreSQL, and the pool and caches built by the first job serve
+            # every later one.
+            rq_worker.work(queue_url, name, periodic, burst=burst)
         finally:
             if timer is not None:
                 timer.stop()

@@ -27,6 +27,9 @@ PAUSE_BEFORE_DEAL_APPEND: Final = "pause-before-deal-append"
 # test can stop a server while a request is in flight and see it finish (a graceful drain).
 DELAY_BEFORE_DEAL_APPEND: Final = "delay-before-deal-append"
 FAILPOINT_SECONDS: Final = "SHOEBOX_TEST_FAILPOINT_SECONDS"
+# Pauses the projector inside a batch's transaction, once a read model has applied the batch and
+# before its checkpoint moves, so that a test can kill it mid-batch.
+PAUSE_IN_PROJECTION_BATCH: Final = "pause-in-projection-batch"
 
 
 def failpoint(name: str) -> None:
@@ -57,4 +60,11 @@ def deal_append_hook() -> Callable[[], None] | None:
         return lambda: failpoint(PAUSE_BEFORE_DEAL_APPEND)
     if armed == DELAY_BEFORE_DEAL_APPEND:
         return lambda: delay(DELAY_BEFORE_DEAL_APPEND)
+    return None
+
+
+def projection_batch_hook() -> Callable[[], None] | None:
+    """The hook the projector runs inside each batch's transaction, if its failpoint is armed."""
+    if os.environ.get(FAILPOINT) == PAUSE_IN_PROJECTION_BATCH:
+        return lambda: failpoint(PAUSE_IN_PROJECTION_BATCH)
     return None

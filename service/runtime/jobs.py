@@ -49,6 +49,9 @@ CHECKPOINTER: Final = Actor("checkpointer", "system")
 # and a spare for a slow release.
 POOL_SIZE: Final = 5 + CLOSERS
 
+RECOVERY_JOB_PREFIX: Final = "shoebox-recovery"
+CHECKPOINT_JOB_PREFIX: Final = "shoebox-checkpoint"
+
 CLOSED: Final = "closed"
 NOTHING_DUE: Final = "nothing due"
 GONE: Final = "no such table or round"
@@ -163,7 +166,7 @@ def sign_checkpoint() -> str:
 
 def schedule_checkpoints(queue: Queue, delay: timedelta = CHECKPOINT_INTERVAL) -> None:
     """Schedule the checkpoint job once per interval, whichever worker asks first."""
-    _schedule_once(queue, delay, CHECKPOINT_INTERVAL, sign_checkpoint, "shoebox-checkpoint")
+    _schedule_once(queue, delay, CHECKPOINT_INTERVAL, sign_checkpoint, CHECKPOINT_JOB_PREFIX)
 
 
 def _reschedule(schedule: Callable[[Queue, timedelta], None], delay: timedelta) -> None:
@@ -194,7 +197,7 @@ def _schedule_once(
 
 def schedule_recovery(queue: Queue, delay: timedelta = RECOVERY_INTERVAL) -> None:
     """Schedule the recovery job once per interval, whichever worker asks first."""
-    _schedule_once(queue, delay, RECOVERY_INTERVAL, recover_interrupted_rounds, "shoebox-recovery")
+    _schedule_once(queue, delay, RECOVERY_INTERVAL, recover_interrupted_rounds, RECOVERY_JOB_PREFIX)
 
 
 def _built() -> _Services:

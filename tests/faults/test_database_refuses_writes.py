@@ -3,29 +3,32 @@
 Disk full is PostgreSQL's own error, SQLSTATE 53100, raised inside the server by a trigger
 the test adds to the events table as the database's owner (a failpoint in the database, so
 that the error reaches the service through the real driver and the real append function).
-Read-only is `default_transaction_read_only` set on the test's own database. Once the fault
+Read-only is `default_transaction_read_only` set for a private PostgreSQL server of the test's
+own (ALTER SYSTEM and a reload), never the shared one. Once the fault
 is gone, the same requests retried with the same Idempotency-Keys each apply exactly once.
 """
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import psycopg
 import pytest
-from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict
 
-from events.postgres import PostgresEventStore, app_conninfo, open_pool
+from events.postgres import Pool, PostgresEventStore, app_conninfo, open_pool
 from service.application.keys import Role
 from service.web import rate_limits
 from service.web.problems import PROBLEM_MIMETYPE
 from tests.api_harness import Api, head_and_balances
 from tests.faults.figures import Figures, count_found
+from tests.faults.private_servers import private_postgres
 
 WRITES = 12
+RELOAD_SECONDS = 10.0
 DISK_FULL = """
 CREATE FUNCTION failpoint_disk_full() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
@@ -118,12 +121,16 @@ def prove_refused_then_applied_once(api: Api, fault: str, heal: object) -> None:
     )
 
 
+def seed(api: Api) -> None:
+    api.create_table("T1")
+    api.fund("alice")
+    api.sit("T1", "alice", 1)
+
+
 @pytest.fixture
 def seeded(fresh_database: str) -> Iterator[Api]:
     with api_over(fresh_database) as api:
-        api.create_table("T1")
-        api.fund("alice")
-        api.sit("T1", "alice", 1)
+        seed(api)
         yield api
 
 
@@ -136,23 +143,36 @@ def test_disk_full_is_a_503_and_nothing_is_half_applied(seeded: Api, fresh_datab
         )
 
 
+def read_only(server_url: str, on: bool, pool: Pool) -> None:
+    """Set the whole server read-only, or back, as an operator would: ALTER SYSTEM and reload."""
+    with psycopg.connect(server_url, autocommit=True) as superuser:
+        superuser.execute("SET default_transaction_read_only = off")  # this session only
+        if on:
+            superuser.execute("ALTER SYSTEM SET default_transaction_read_only = on")
+        else:
+            superuser.execute("ALTER SYSTEM RESET default_transaction_read_only")
+        superuser.execute("SELECT pg_reload_conf()")
+    # The reload reaches each backend when it next looks: wait until a new session sees it,
+    # and renew the pool's sessions so that none of them is caught before its backend has.
+    wanted = "on" if on else "off"
+    deadline = time.monotonic() + RELOAD_SECONDS
+    while True:
+        with psycopg.connect(server_url) as probe:
+            row = probe.execute("SHOW default_transaction_read_only").fetchone()
+        if row is not None and row[0] == wanted:
+            break
+        assert time.monotonic() < deadline, "the reload did not take effect"
+        time.sleep(0.05)
+    pool.drain()
+
+
 @pytest.mark.slow
-def test_a_read_only_database_is_a_503_and_nothing_is_half_applied(
-    seeded: Api, fresh_database: str
-) -> None:
-    name = str(conninfo_to_dict(fresh_database)["dbname"])
-
-    def read_only(on: bool) -> None:
-        setting = "SET default_transaction_read_only = on" if on else "RESET"
-        statement = "ALTER DATABASE {} " + setting
-        if not on:
-            statement += " default_transaction_read_only"
-        with psycopg.connect(fresh_database, autocommit=True) as owner:
-            owner.execute("SET default_transaction_read_only = off")  # this session only
-            owner.execute(sql.SQL(statement).format(sql.Identifier(name)))
-        # The setting reaches new sessions only: as a server restarted into read-only mode.
-        pool.drain()
-
-    pool = seeded.store._pool  # type: ignore[attr-defined]
-    read_only(True)
-    prove_refused_then_applied_once(seeded, "database read-only", lambda: read_only(False))
+def test_a_read_only_database_is_a_503_and_nothing_is_half_applied(tmp_path: Path) -> None:
+    # default_transaction_read_only is set for the whole server, so on a private one.
+    with private_postgres(tmp_path / "postgres") as postgres, api_over(postgres.url) as api:
+        seed(api)
+        pool = api.store._pool  # type: ignore[attr-defined]
+        read_only(postgres.server_url, True, pool)
+        prove_refused_then_applied_once(
+            api, "database read-only", lambda: read_only(postgres.server_url, False, pool)
+        )

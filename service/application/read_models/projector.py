@@ -6,7 +6,7 @@ Shoebox has. This module names them, once, and offers the runner's operations by
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Final
 
@@ -82,8 +82,12 @@ def subscriptions(
     listen: bool = True,
     batch_size: int = LIVE_BATCH,
     clock: Clock = utc_now,
+    after_apply: Callable[[], None] | None = None,
 ) -> list[CatchUpSubscription]:
-    """One catch-up subscription per named projection, each checkpointed under its name."""
+    """One catch-up subscription per named projection, each checkpointed under its name.
+
+    `after_apply` runs inside each batch's transaction before its checkpoint moves (runner).
+    """
     return runner.subscriptions(
         pool,
         _classes(names),
@@ -92,6 +96,7 @@ def subscriptions(
         batch_size=batch_size,
         clock=clock,
         upcasters=upcasters(),
+        after_apply=after_apply,
     )
 
 
