@@ -39,10 +39,13 @@ WHERE w.category = {wallet} AND (w.payload ->> 'table_id') = %s
 """
 ).format(wallet=sql.Literal(WALLET))
 # Through events_shoe (shoe_id, position), whose predicate names the three shoe event types:
-# literals here, so that the planner can prove the index applies.
+# literals here, so that the planner can prove the index applies. The table is checked on the
+# few rows found, materialized first: ANDed with events_stream_recorded_at it would read the
+# index of the whole stream.
 _SHOE_EVENTS: Final = sql.SQL(
-    "SELECT {columns} FROM events WHERE (payload ->> 'shoe_id') = ANY(%s) AND stream_id = %s"
-    " AND type IN ({opened}, {retired}, {revealed}) ORDER BY position"
+    "WITH shoe AS MATERIALIZED (SELECT {columns} FROM events"
+    " WHERE (payload ->> 'shoe_id') = ANY(%s) AND type IN ({opened}, {retired}, {revealed}))"
+    " SELECT * FROM shoe WHERE stream_id = %s ORDER BY position"
 ).format(
     columns=sql.SQL(EVENT_COLUMNS),
     opened=sql.Literal(ShoeOpened.type),
