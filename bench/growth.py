@@ -4,7 +4,10 @@ History is built fast, not played over HTTP: one busy table deals coup after cou
 domain's own `decide` and `evolve` (bench/verify.py's Simulation: three seated players bet and
 press Deal, the wallets' stakes and payouts beside them, a chat message every few coups), and
 each coup is one append through the real `PostgresEventStore`, as the service would make it.
-A hundred other tables stand idle. The read models are caught up before anything is measured.
+A hundred other tables stand idle. The read models are caught up before anything is measured,
+and the table's and wallets' snapshots are taken as the service takes them (every
+SNAPSHOT_EVERY events of a stream, after the append that reaches it), so a cold load finds
+what it would find in production.
 
 At each size the database is copied (CREATE DATABASE ... TEMPLATE) and the operations are
 measured on the copy, through the real Flask app over PostgreSQL (its test client, so the
@@ -12,7 +15,8 @@ figure is the request's own cost, not a socket's), so the history that grows is 
 by the requests. Each figure is a median of repeats; the table printed at the end gives each
 operation's median at every size and its 100x/1x ratio (goal: at most 1.25, except the
 whole-history export, which must stay linear in its output with flat memory: it runs in a
-process of its own so its peak RSS can be read).
+process of its own so its peak RSS can be read). GET /v1/ping, which reads nothing, is
+measured beside them: its ratio is the run's noise.
 
 Run: PYTHONPATH=. .venv/bin/python -m bench.growth            # 200, 2,000, 20,000 coups
      PYTHONPATH=. .venv/bin/python -m bench.growth --quick    # 75, 225, 750: a smoke test
@@ -44,12 +48,22 @@ from domain.shoe import ServerSeed
 from domain.table import CreateTable, OpenShoe, RetireShoe, RevealShoe, TableEvent, decide
 from events.migrations import apply_migrations
 from events.postgres import PostgresEventStore, app_conninfo, open_pool
+from events.snapshots import PostgresSnapshotStore
 from events.store import EventMetadata, StreamAppend
+from service.application.game.open_rounds import PostgresOpenRounds
 from service.application.game.recovery import recover
 from service.application.game.tables import GameService
 from service.application.keys import Role, create_key
 from service.application.read_models import projector
-from service.application.streams import chat_stream, table_stream, to_new_event
+from service.application.streams import (
+    TableCache,
+    chat_stream,
+    id_of,
+    table_stream,
+    to_new_event,
+)
+from service.application.upcasters import upcasters
+from service.application.wallets import WalletCache
 from service.regulator.export import build_export
 from service.regulator.log_index import PostgresLogIndex
 from service.runtime.settings import Settings
@@ -149,17 +163,37 @@ def _create(table_id: str, now: datetime) -> list[TableEvent]:
     return list(decide(None, CreateTable(table_id), now))
 
 
+class Snapshots:
+    """The busy table's and its players' snapshots, taken as the service's caches take them."""
+
+    def __init__(self, snapshots: PostgresSnapshotStore) -> None:
+        self.tables = TableCache(snapshots=snapshots)
+        self.wallets = WalletCache(snapshots=snapshots)
+
+    def after(self, growth: Growth, streams: list[StreamAppend]) -> None:
+        """What the service does once an append is recorded: `put` each stream's new state."""
+        for append in streams:
+            if append.stream_id == table_stream(BUSY):
+                self.tables.put(append.stream_id, growth.table_version, growth.table)
+            elif append.stream_id.startswith("wallet:"):
+                version, wallet = growth.wallets[id_of(append.stream_id)]
+                self.wallets.put(append.stream_id, version, wallet)
+
+
 def append_all(
     store: PostgresEventStore,
     clock: Clock,
     growth: Growth,
     appends: Iterator[tuple[list[StreamAppend], EventMetadata]],
+    snapshots: Snapshots | None = None,
 ) -> int:
     """Append each through the store, stamped with the simulation's time; the events written."""
     written = 0
     for streams, metadata in appends:
         clock.now = growth.clock
         store.append(streams, metadata)
+        if snapshots is not None:
+            snapshots.after(growth, streams)
         written += sum(len(s.events) for s in streams)
     return written
 
@@ -242,10 +276,14 @@ def measure(
             figures.add("cold first bet", size, timed(first_bet))
             cold.call("DELETE", withdraw, Role.FRONTEND, allow=409)
             cold.close()
-            # A recovery sweep as a worker's first: a new service, nothing cached.
-            fresh = PostgresEventStore(pool, _now)
-            games = GameService(fresh, _now)
-            figures.add("recovery sweep", size, timed(partial(recover, fresh, games, _now)))
+            # A recovery sweep as a worker's first: a new service, nothing cached, over the
+            # index of open rounds and the snapshots, as service/runtime/jobs.py wires it.
+            fresh = PostgresEventStore(pool, _now, upcasters())
+            games = GameService(fresh, _now, snapshots=PostgresSnapshotStore(pool, _now))
+            open_rounds = PostgresOpenRounds(pool, upcasters())
+            figures.add(
+                "recovery sweep", size, timed(partial(recover, fresh, games, _now, open_rounds))
+            )
         warm = Client(database, keys)
         shoe_id = growth.shoe_periods[-1][0]
         reads = {
@@ -263,7 +301,12 @@ def measure(
         warm.call("DELETE", withdraw, Role.FRONTEND, allow=409)
         index = PostgresLogIndex(pool)
         _, start, end = growth.shoe_periods[-1]
+        warm.call("GET", "/v1/ping", Role.FRONTEND)
         for _ in range(repeats):
+            figures.add(
+                "GET /v1/ping (noise baseline)", size,
+                timed(partial(warm.call, "GET", "/v1/ping", Role.FRONTEND)),
+            )  # fmt: skip
             figures.add(
                 "warm bet", size, timed(lambda: warm.call("POST", bets, Role.FRONTEND, bet))
             )
@@ -360,16 +403,18 @@ def main(argv: list[str] | None = None) -> int:
             with open_pool(conninfo, max_size=4) as pool:
                 clock = Clock(growth.clock)
                 store = PostgresEventStore(pool, clock)
+                # New caches for each size, as a service restarted between them would have.
+                snapshots = Snapshots(PostgresSnapshotStore(pool, clock))
                 building = time.perf_counter()
                 before = events
                 if built == 0:
-                    events += append_all(store, clock, growth, growth.setup())
+                    events += append_all(store, clock, growth, growth.setup(), snapshots)
                     for role in (Role.FRONTEND, Role.REGULATOR, Role.OPS):
                         keys[role] = create_key(store, f"growth {role.value}", role, OPS).secret
-                events += append_all(store, clock, growth, growth.deal(size - built))
+                events += append_all(store, clock, growth, growth.deal(size - built), snapshots)
                 # End on a whole shoe, so the last shoe looked up and exported is complete.
                 while not growth.shoe_periods or growth.shoe is not None:
-                    events += append_all(store, clock, growth, growth.deal(1))
+                    events += append_all(store, clock, growth, growth.deal(1), snapshots)
                 built = growth.coups
                 wrote = time.perf_counter() - building
                 # A rebuild from position 0 is the fast way to bring every model up to date
