@@ -14,10 +14,14 @@ from typing import Final
 from psycopg import sql
 
 from domain.table import ShoeOpened, ShoeRetired, ShoeRevealed
+from domain.wallet import Wallet
 from events.postgres import EVENT_COLUMNS, Pool, event_rows
+from events.snapshots import PostgresSnapshotStore
 from events.store import RecordedEvent
 from events.upcasting import Upcasters
+from service.application.snapshots import UnreadableSnapshot
 from service.application.streams import WALLET, table_stream
+from service.application.wallets import wallet_codec
 
 # Through events_stream_recorded_at (stream_id, recorded_at): the table's events in the period.
 _TABLE_BOUNDS: Final = """
@@ -91,9 +95,29 @@ class PostgresLogIndex:
             cursor = conn.cursor(row_factory=event_rows)
             return cursor.execute(_SHOE_EVENTS, [sorted(shoe_ids), stream_id]).fetchall()
 
-    def stream_batches(self, stream_id: str, to_version: int) -> Iterator[list[RecordedEvent]]:
-        """A stream's events up to `to_version`, upcast as the store's reads are, in batches."""
-        after = 0
+    def wallet_before(self, stream_id: str, version: int) -> tuple[int, Wallet] | None:
+        """The wallet's newest snapshot at or before `version`, with its version, if usable.
+
+        Through snapshots' primary key (stream_id, version), backwards from `version`: the
+        wallet cache keeps one in every WALLET_KEEP_EVERY versions. A snapshot is derived, so
+        one of another schema, one that does not decode, or none at all means None, and the
+        caller replays the wallet from its first event, which is slower and as right.
+        """
+        codec = wallet_codec()
+        snapshot = PostgresSnapshotStore(self._pool).at_or_before(stream_id, codec.schema, version)
+        if snapshot is None:
+            return None
+        try:
+            return snapshot.version, codec.decode(snapshot.state)
+        except UnreadableSnapshot:
+            return None
+
+    def stream_batches(
+        self, stream_id: str, to_version: int, from_version: int = 1
+    ) -> Iterator[list[RecordedEvent]]:
+        """A stream's events from `from_version` to `to_version`, upcast as the store's reads
+        are, in batches."""
+        after = from_version - 1
         while after < to_version:
             with self._pool.connection() as conn:
                 cursor = conn.cursor(row_factory=event_rows)
