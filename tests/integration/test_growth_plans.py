@@ -13,7 +13,7 @@ import pytest
 
 from events.postgres import _READ_STREAM
 from service.application.read_models.queries import _STREAM_AFTER
-from service.regulator.log_index import _SHOE_EVENTS
+from service.regulator.log_index import _MONEY_BOUND, _SHOE_EVENTS, _TABLE_BOUNDS
 
 # What would make a parallel plan look free: without events' parallel_workers = 0
 # (migrations/0011) the planner takes a Gather for a stream read on a table of any size.
@@ -54,7 +54,9 @@ def conn(fresh_database: str) -> Any:
             SELECT g, CASE WHEN g % 10 = 0 THEN 'wallet:p' ELSE 'table:T' END,
                    CASE WHEN g % 10 = 0 THEN 'wallet' ELSE 'table' END,
                    CASE WHEN g % 10 = 0 THEN g / 10 ELSE g - g / 10 END, 'X', 1,
-                   '{}'::jsonb, '{}'::jsonb, now(), repeat('0', 64), repeat('0', 64)
+                   jsonb_build_object('table_id', 'T', 'round_id', 'T-' || g / 20),
+                   '{}'::jsonb, '2026-01-01'::timestamptz + g * interval '1 second',
+                   repeat('0', 64), repeat('0', 64)
             FROM generate_series(1, 20000) AS g
             """
         )
@@ -99,3 +101,34 @@ def test_the_exports_shoe_events_come_from_the_shoe_index(
     assert '"Index Name": "events_shoe"' in plan, plan
     assert "events_stream_recorded_at" not in plan, plan
     assert "BitmapAnd" not in plan, plan
+
+
+def test_the_slices_bounds_come_from_the_slice_alone(conn: psycopg.Connection[Any]) -> None:
+    # With statistics, which say the table's rows are many: the planner then expects to find
+    # one of the period soon from either end of the log.
+    conn.execute("ANALYZE events")
+    period = ["table:T", "2026-01-01T05:00:00Z", "2026-01-01T05:10:00Z"]
+
+    plan = _plan(conn, _TABLE_BOUNDS, period)
+
+    # Through the stream's index of times; never a walk of the whole log's primary key from
+    # either end until the period's first row turns up.
+    assert '"Index Name": "events_stream_recorded_at"' in plan, plan
+    assert "events_pkey" not in plan, plan
+
+
+def test_the_money_that_closes_a_slice_is_looked_up_round_by_round(
+    conn: psycopg.Connection[Any],
+) -> None:
+    conn.execute("ANALYZE events")
+
+    plan = _plan(
+        conn, _MONEY_BOUND, ["table:T", "2026-01-01T05:00:00Z", "2026-01-01T05:10:00Z", "T"]
+    )
+
+    # Each round's wallet events through events_wallet_round, in a loop over the slice's rounds:
+    # never every wallet event of the log, hashed or scanned by category.
+    assert '"Index Name": "events_wallet_round"' in plan, plan
+    assert '"Node Type": "Nested Loop"' in plan, plan
+    assert "events_category_position" not in plan, plan
+    assert "Hash Join" not in plan, plan
