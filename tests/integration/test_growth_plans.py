@@ -6,6 +6,7 @@ then checks that the query still takes the bounded path.
 """
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
@@ -26,7 +27,7 @@ _PARALLEL_IS_FREE = (
 )
 
 
-def _plan(conn: psycopg.Connection[Any], query: Any, params: list[object]) -> str:
+def _plan(conn: psycopg.Connection[Any], query: Any, params: Sequence[object]) -> str:
     """The generic plan, as psycopg's prepared statements get after five executions."""
     text = query.as_string(conn) if isinstance(query, psycopg.sql.Composable) else query
     parts = text.split("%s")
