@@ -237,27 +237,43 @@ def timed(run: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
-def measure(
-    figures: Figures,
-    size: str,
-    database: str,
-    growth: Growth,
-    keys: dict[Role, str],
-    repeats: int,
-) -> None:
-    """Every operation at one size, on a database the measurements may write to."""
+@dataclass
+class Size:
+    """One size's copy of the history, measured in turn with the others."""
+
+    label: str
+    copy: str
+    database: str
+    # The simulation as the copy holds it, dealing on as the projector's coups are appended.
+    twin: Growth
+    # The shoe looked up and exported: the last complete one when the copy was taken.
+    shoe: tuple[str, datetime, datetime]
+    coups: int
+    end: datetime
+
+
+def measure_projector(figures: Figures, size: Size) -> None:
+    """The projector catching up on one new coup of the busy table, appended as it deals on.
+
+    Before any request at this size: the simulation's next coup names the versions it dealt
+    from, which a request's bet would have moved on.
+    """
+    with open_pool(app_conninfo(size.database, environ={}), max_size=6) as pool:
+        clock = Clock(size.twin.clock)
+        store = PostgresEventStore(pool, clock)
+        append_all(store, clock, size.twin, size.twin.deal(1))
+        figures.add(
+            "projector: catch up one coup", size.label, timed(lambda: projector.catch_up(pool))
+        )
+
+
+def measure(figures: Figures, size: Size, keys: dict[Role, str], repeats: int) -> None:
+    """Every request and the export at one size, on a database they may write to."""
+    database, label = size.database, size.label
     conninfo = app_conninfo(database, environ={})
     with open_pool(conninfo, max_size=6) as pool:
-        clock = Clock(growth.clock)
-        store = PostgresEventStore(pool, clock)
-        # The projector catching up on one new coup (on a copy of the simulation).
-        twin = copy.deepcopy(growth)
-        for _ in range(repeats):
-            append_all(store, clock, twin, twin.deal(1))
-            figures.add(
-                "projector: catch up one coup", size, timed(lambda: projector.catch_up(pool))
-            )
-        player = growth.players[0]
+        store = PostgresEventStore(pool, Clock(size.end))
+        player = size.twin.players[0]
         bet = {"player_id": player, "spot": "banker", "stake_pence": 100}
         bets = f"/v1/tables/{BUSY}/bets"
         # Taking the bet back may find the round gone: when a cold load outlasts the 15 s
@@ -268,12 +284,12 @@ def measure(
             state = Client(database, keys)
             path = f"/v1/tables/{BUSY}/state"
             figures.add(
-                "cold GET /state", size, timed(partial(state.call, "GET", path, Role.FRONTEND))
+                "cold GET /state", label, timed(partial(state.call, "GET", path, Role.FRONTEND))
             )
             state.close()
             cold = Client(database, keys)
             first_bet = partial(cold.call, "POST", bets, Role.FRONTEND, bet)
-            figures.add("cold first bet", size, timed(first_bet))
+            figures.add("cold first bet", label, timed(first_bet))
             cold.call("DELETE", withdraw, Role.FRONTEND, allow=409)
             cold.close()
             # A recovery sweep as a worker's first: a new service, nothing cached, over the
@@ -282,10 +298,10 @@ def measure(
             games = GameService(fresh, _now, snapshots=PostgresSnapshotStore(pool, _now))
             open_rounds = PostgresOpenRounds(pool, upcasters())
             figures.add(
-                "recovery sweep", size, timed(partial(recover, fresh, games, _now, open_rounds))
+                "recovery sweep", label, timed(partial(recover, fresh, games, _now, open_rounds))
             )
         warm = Client(database, keys)
-        shoe_id = growth.shoe_periods[-1][0]
+        shoe_id, start, end = size.shoe
         reads = {
             "significant events, first page": (
                 "/v1/audit/significant-events?limit=50", Role.REGULATOR,
@@ -300,21 +316,20 @@ def measure(
         warm.call("POST", bets, Role.FRONTEND, bet)
         warm.call("DELETE", withdraw, Role.FRONTEND, allow=409)
         index = PostgresLogIndex(pool)
-        _, start, end = growth.shoe_periods[-1]
         warm.call("GET", "/v1/ping", Role.FRONTEND)
         for _ in range(repeats):
             figures.add(
-                "GET /v1/ping (noise baseline)", size,
+                "GET /v1/ping (noise baseline)", label,
                 timed(partial(warm.call, "GET", "/v1/ping", Role.FRONTEND)),
             )  # fmt: skip
             figures.add(
-                "warm bet", size, timed(lambda: warm.call("POST", bets, Role.FRONTEND, bet))
+                "warm bet", label, timed(lambda: warm.call("POST", bets, Role.FRONTEND, bet))
             )
             warm.call("DELETE", withdraw, Role.FRONTEND, allow=409)
             for name, (path, role) in reads.items():
-                figures.add(name, size, timed(partial(warm.call, "GET", path, role)))
+                figures.add(name, label, timed(partial(warm.call, "GET", path, role)))
             figures.add(
-                "export of one shoe", size,
+                "export of one shoe", label,
                 timed(lambda: sum(1 for _ in build_export(store, BUSY, start, end, index))),
             )  # fmt: skip
         warm.close()
@@ -399,6 +414,7 @@ def main(argv: list[str] | None = None) -> int:
         keys: dict[Role, str] = {}
         conninfo = app_conninfo(database, environ={})
         built = 0
+        measured: list[Size] = []
         for size, label in zip(sizes, labels, strict=True):
             with open_pool(conninfo, max_size=4) as pool:
                 clock = Clock(growth.clock)
@@ -433,15 +449,34 @@ def main(argv: list[str] | None = None) -> int:
                 f" rebuilt in {caught:.1f} s",
                 file=sys.stderr,
             )
-            copy = f"{name}_m"
-            copy_database(admin, name, copy)
-            try:
-                measuring = with_dbname(database, copy)
-                measure(figures, label, measuring, growth, keys, repeats)
-                seconds, lines, rss = whole_export(measuring, start, growth.clock)
-                exports.append((label, growth.coups, seconds, lines, rss))
-            finally:
-                drop_database(admin, copy)
+            copy_name = f"{name}_{label}"
+            copy_database(admin, name, copy_name)
+            measured.append(
+                Size(
+                    label, copy_name, with_dbname(database, copy_name), copy.deepcopy(growth),
+                    growth.shoe_periods[-1], growth.coups, growth.clock,
+                )
+            )  # fmt: skip
+        try:
+            # One repeat of every operation at each size in turn, the order rotated each
+            # repeat: a burst of load on the shared machine then falls on every size alike,
+            # where measuring the sizes one after another put it on whichever ran then.
+            turns = [
+                measured[r % len(measured) :] + measured[: r % len(measured)]
+                for r in range(repeats)
+            ]
+            for turn in turns:
+                for size_now in turn:
+                    measure_projector(figures, size_now)
+            for turn in turns:
+                for size_now in turn:
+                    measure(figures, size_now, keys, 1)
+            for size_now in measured:
+                seconds, lines, rss = whole_export(size_now.database, start, size_now.end)
+                exports.append((size_now.label, size_now.coups, seconds, lines, rss))
+        finally:
+            for size_now in measured:
+                drop_database(admin, size_now.copy)
     print(f"\nbuilt and measured in {time.perf_counter() - began:.0f} s\n")
     print(render(figures, labels))
     print()
