@@ -12,14 +12,17 @@ what it would find in production.
 At each size the database is copied (CREATE DATABASE ... TEMPLATE) and the operations are
 measured on the copy, through the real Flask app over PostgreSQL (its test client, so the
 figure is the request's own cost, not a socket's), so the history that grows is never touched
-by the requests. Each figure is a median of repeats; the table printed at the end gives each
-operation's median at every size and its 100x/1x ratio (goal: at most 1.25, except the
-whole-history export, which must stay linear in its output with flat memory: it runs in a
-process of its own so its peak RSS can be read). GET /v1/ping, which reads nothing, is
+by the requests. The copies are kept to the end and measured in turn, one repeat of every
+operation at each size, the order rotated each repeat, so that the shared machine's bursts of
+load fall on every size alike. Each figure is a median of repeats; the table printed at the
+end gives each operation's median at every size and its 100x/1x ratio (goal: at most 1.25,
+except the whole-history export, which must stay linear in its output with flat memory: it
+runs in a process of its own so its peak RSS can be read). GET /v1/ping, which reads nothing, is
 measured beside them: its ratio is the run's noise.
 
-Run: PYTHONPATH=. .venv/bin/python -m bench.growth            # 200, 2,000, 20,000 coups
-     PYTHONPATH=. .venv/bin/python -m bench.growth --quick    # 75, 225, 750: a smoke test
+Run: PYTHONPATH=. .venv/bin/python -m bench.growth               # 200, 2,000, 20,000 coups
+     PYTHONPATH=. .venv/bin/python -m bench.growth --repeats 15  # docs/benchmarks.md's run
+     PYTHONPATH=. .venv/bin/python -m bench.growth --quick       # 20, 60, 200: a smoke test
 """
 
 from __future__ import annotations
