@@ -35,6 +35,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -50,7 +51,7 @@ from domain.chat import PostMessage, decide_post
 from domain.shoe import ServerSeed
 from domain.table import CreateTable, OpenShoe, RetireShoe, RevealShoe, TableEvent, decide
 from events.migrations import apply_migrations
-from events.postgres import PostgresEventStore, app_conninfo, open_pool
+from events.postgres import Pool, PostgresEventStore, app_conninfo, open_pool
 from events.snapshots import PostgresSnapshotStore
 from events.store import EventMetadata, StreamAppend
 from service.application.game.open_rounds import PostgresOpenRounds
@@ -255,19 +256,18 @@ class Size:
     end: datetime
 
 
-def measure_projector(figures: Figures, size: Size) -> None:
+def measure_projector(figures: Figures, size: Size, pool: Pool) -> None:
     """The projector catching up on one new coup of the busy table, appended as it deals on.
 
     Before any request at this size: the simulation's next coup names the versions it dealt
-    from, which a request's bet would have moved on.
+    from, which a request's bet would have moved on. The pool is the size's own, kept open
+    from turn to turn as a running projector's is: new connections' first queries (catalog
+    lookups, plans) cost the same at every size and would only dilute the ratio.
     """
-    with open_pool(app_conninfo(size.database, environ={}), max_size=6) as pool:
-        clock = Clock(size.twin.clock)
-        store = PostgresEventStore(pool, clock)
-        append_all(store, clock, size.twin, size.twin.deal(1))
-        figures.add(
-            "projector: catch up one coup", size.label, timed(lambda: projector.catch_up(pool))
-        )
+    clock = Clock(size.twin.clock)
+    store = PostgresEventStore(pool, clock)
+    append_all(store, clock, size.twin, size.twin.deal(1))
+    figures.add("projector: catch up one coup", size.label, timed(lambda: projector.catch_up(pool)))
 
 
 def measure(figures: Figures, size: Size, keys: dict[Role, str], repeats: int) -> None:
@@ -468,9 +468,18 @@ def main(argv: list[str] | None = None) -> int:
                 measured[r % len(measured) :] + measured[: r % len(measured)]
                 for r in range(repeats)
             ]
-            for turn in turns:
-                for size_now in turn:
-                    measure_projector(figures, size_now)
+            with ExitStack() as stack:
+                pools = {
+                    m.label: stack.enter_context(
+                        open_pool(app_conninfo(m.database, environ={}), max_size=6)
+                    )
+                    for m in measured
+                }
+                for pool_now in pools.values():
+                    projector.catch_up(pool_now)  # nothing to apply: the connections open
+                for turn in turns:
+                    for size_now in turn:
+                        measure_projector(figures, size_now, pools[size_now.label])
             for turn in turns:
                 for size_now in turn:
                     measure(figures, size_now, keys, 1)
