@@ -13,6 +13,11 @@ Every figure is the median of R repeats, the contenders taking turns within each
 
 `--profile B` adds where a bet's time goes: B bets through the same app built in this process,
 under cProfile, grouped into the stages of a request.
+
+`--round-trips R` (default 20) counts the round trips to PostgreSQL that a bet makes: R rounds
+played by one client through a second `shoebox serve` (same workers) whose database is reached
+through a counting proxy (bench/round_trips.py), counting only while a bet is in flight. The
+proxy slows every query, so this server is never the one timed.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -45,8 +51,9 @@ sys.path.insert(0, str(_ROOT))
 import orjson  # noqa: E402
 
 from bench.common import Figure, render_table, rotations, server_url, throwaway_database  # noqa: E402
+from bench.round_trips import counted  # noqa: E402
 from events.migrations import apply_migrations  # noqa: E402
-from events.postgres import PostgresEventStore, open_pool  # noqa: E402
+from events.postgres import PostgresEventStore, app_conninfo, open_pool  # noqa: E402
 from events.store import EventMetadata  # noqa: E402
 from service.application.keys import Role, create_key  # noqa: E402
 from service.cli.serve import DEFAULT_WORKERS  # noqa: E402
@@ -126,6 +133,7 @@ class Sample:
     rounds: int = 0
     # Seconds spent waiting on each bet, and on all requests.
     bet_latencies: list[float] = field(default_factory=list)
+    ping_latencies: list[float] = field(default_factory=list)
     busy: float = 0.0
 
 
@@ -155,7 +163,9 @@ def issue_keys(database_url: str) -> Keys:
 
 
 @contextmanager
-def serving(database_url: str, workers: int, threads: int) -> Iterator[int]:
+def serving(
+    database_url: str, workers: int, threads: int, app_database_url: str | None = None
+) -> Iterator[int]:
     """`shoebox serve` on a free port of this machine, stopped on the way out; yields the port."""
     port = free_port()
     environment = {**os.environ, "DATABASE_URL": database_url}
@@ -163,10 +173,14 @@ def serving(database_url: str, workers: int, threads: int) -> Iterator[int]:
     # no window closes during a measurement anyway. Windows close lazily, as without a worker.
     for name in ("REDIS_URL", "SHOEBOX_APP_DATABASE_URL"):
         environment.pop(name, None)
+    if app_database_url is not None:
+        environment["SHOEBOX_APP_DATABASE_URL"] = app_database_url
     # One key drives every client thread: the per-key rate limit would measure itself.
     environment["SHOEBOX_RATE_LIMIT_PER_SECOND"] = "0"
     command = [str(SHOEBOX), "serve", "--bind", f"127.0.0.1:{port}"]
-    command += ["--workers", str(workers), "--threads", str(threads)]
+    command += ["--workers", str(workers)]
+    if threads > 1:
+        command += ["--worker-class", "gthread", "--threads", str(threads)]
     # A file, not a pipe: the server logs a line a request, and a pipe nobody reads while the
     # benchmark runs would fill and stall it.
     log = tempfile.TemporaryFile()  # noqa: SIM115 - closed in the finally below
@@ -272,6 +286,7 @@ def ping(client: Client, seconds: float) -> Sample:
         took = time.perf_counter() - started
         sample.busy += took
         sample.requests += 1
+        sample.ping_latencies.append(took)
     return sample
 
 
@@ -323,6 +338,7 @@ class Scenario:
     bet_p50: list[float] = field(default_factory=list)
     bet_p99: list[float] = field(default_factory=list)
     ping_p50: list[float] = field(default_factory=list)
+    ping_p99: list[float] = field(default_factory=list)
 
 
 def measure(
@@ -365,13 +381,15 @@ def run_scenario(
                 work = [lambda client: ping(client, seconds) for _ in table_ids]
                 pings, elapsed = run_clients(port, keys.frontend, False, work)
                 scenario.rates.add(PING, sum(s.requests for s in pings), elapsed)
-                scenario.ping_p50.append(statistics.median(s.busy / s.requests for s in pings))
+                latencies = [took for s in pings for took in s.ping_latencies]
+                scenario.ping_p50.append(percentile(latencies, 0.50))
+                scenario.ping_p99.append(percentile(latencies, 0.99))
             print(f"  {scenario.tables} table(s), {contender}: done", file=sys.stderr)
 
 
 def milliseconds(values: Sequence[float]) -> str:
     """The median of latencies in seconds, in milliseconds."""
-    return f"{statistics.median(values) * 1000:.1f}"
+    return f"{statistics.median(values) * 1000:.2f}"
 
 
 def render_rounds(scenarios: Sequence[Scenario]) -> str:
@@ -383,6 +401,8 @@ def render_rounds(scenarios: Sequence[Scenario]) -> str:
         "bet p50 ms",
         "bet p99 ms",
         "ping/s",
+        "ping p50 ms",
+        "ping p99 ms",
         "bet/ping",
         "goal",
     ]
@@ -399,6 +419,8 @@ def render_rounds(scenarios: Sequence[Scenario]) -> str:
                 milliseconds(scenario.bet_p50),
                 milliseconds(scenario.bet_p99),
                 f"{pings:,.0f}",
+                milliseconds(scenario.ping_p50),
+                milliseconds(scenario.ping_p99),
                 f"{ratio:.2f}",
                 "met" if ratio >= GOAL else "missed",
             ]
@@ -417,18 +439,18 @@ def render_rounds(scenarios: Sequence[Scenario]) -> str:
 # so each stage is listed as what it contains, not as a share of a whole.
 STAGES: Final = (
     ("whole request (Flask WSGI app)", "flask/app.py", "wsgi_app"),
-    ("authentication (key ring)", "service/auth.py", "authenticate_request"),
-    ("idempotency before the view", "service/idempotency.py", "begin_request"),
-    ("idempotency after the view", "service/idempotency.py", "finish_request"),
+    ("authentication (key ring)", "service/web/auth.py", "authenticate_request"),
+    ("idempotency before the view", "service/web/idempotency.py", "begin_request"),
+    ("idempotency after the view", "service/web/idempotency.py", "finish_request"),
     ("request parsing (webargs/marshmallow)", "webargs/core.py", "parse"),
-    ("the command (GameService.place_bet)", "service/game.py", "place_bet"),
+    ("the command (GameService.place_bet)", "service/application/game/tables.py", "place_bet"),
     ("  loads: read_stream (table, wallet, limit)", "events/postgres.py", "read_stream"),
     ("  idempotency lookups (idempotency_record)", "events/postgres.py", "idempotency_record"),
     ("  decide + evolve (domain/table.py decide)", "domain/table.py", "decide"),
+    ("  the answer, built before the append", "service/web/idempotency.py", "respond"),
     ("  append and commit (PostgresEventStore.append)", "events/postgres.py", "append"),
     ("response (marshmallow dump)", "marshmallow/schema.py", "dump"),
-    ("storing the response (record_response)", "events/postgres.py", "record_response"),
-    ("PostgreSQL round trips (psycopg Connection.wait)", "psycopg/connection.py", "wait"),
+    ("storing the response apart (record_response)", "events/postgres.py", "record_response"),
     ("transactions committed by the client (psycopg commit)", "psycopg/connection.py", "commit"),
 )
 
@@ -444,14 +466,17 @@ def profile_bets(database_url: str, keys: Keys, table_id: str, bets: int) -> str
     players = player_ids(table_id)
     headers = {"Authorization": f"Bearer {keys.frontend}"}
 
-    def one_round(profiler: cProfile.Profile | None) -> int:
+    def one_round(profiler: cProfile.Profile | None, timings: list[float] | None = None) -> int:
         placed = 0
         for seat, spot, stake in ROUND_BETS:
             body = {"player_id": players[seat], "spot": spot, "stake_pence": stake}
             keyed = {**headers, "Idempotency-Key": secrets.token_hex(12)}
             if profiler is not None:
                 profiler.enable()
+            started = time.perf_counter()
             answer = client.post(f"/v1/tables/{table_id}/bets", json=body, headers=keyed)
+            if timings is not None:
+                timings.append(time.perf_counter() - started)
             if profiler is not None:
                 profiler.disable()
             if answer.status_code != 201:
@@ -466,6 +491,18 @@ def profile_bets(database_url: str, keys: Keys, table_id: str, bets: int) -> str
         return placed
 
     one_round(None)  # warm the caches and the imports
+    # Unprofiled first: a bet and a ping through the same app, no HTTP server and no client
+    # in between, so what the ratio leaves out is the network stack's share of both.
+    bet_times: list[float] = []
+    while len(bet_times) < bets:
+        one_round(None, bet_times)
+    ping_times: list[float] = []
+    for _ in range(bets):
+        started = time.perf_counter()
+        client.get("/v1/ping", headers=headers)
+        ping_times.append(time.perf_counter() - started)
+    bet_ms = statistics.median(bet_times) * 1000
+    ping_ms = statistics.median(ping_times) * 1000
     profiler = cProfile.Profile()
     placed = 0
     started = time.perf_counter()
@@ -475,6 +512,10 @@ def profile_bets(database_url: str, keys: Keys, table_id: str, bets: int) -> str
     stats = pstats.Stats(profiler)
     entries: dict[tuple[str, int, str], Any] = stats.stats  # type: ignore[attr-defined]
     lines = [
+        f"In-process, unprofiled, {len(bet_times)} bets and {bets} pings through the same app:"
+        f" bet p50 {bet_ms:.2f} ms, ping p50 {ping_ms:.2f} ms, ping/bet"
+        f" {ping_ms / bet_ms:.2f} (the share of a bet's time a ping would take).",
+        "",
         f"{placed} bets in-process (Flask test client, no HTTP server), with Idempotency-Key;",
         f"cProfile on during the bets only; {wall:.2f} s wall for these rounds, deals included.",
         "",
@@ -490,6 +531,70 @@ def profile_bets(database_url: str, keys: Keys, table_id: str, bets: int) -> str
                 cumulative += cum
         lines.append(f"| {label} | {calls / placed:.1f} | {cumulative / placed * 1000:.2f} |")
     return "\n".join(lines)
+
+
+@dataclass(frozen=True, slots=True)
+class RoundTrips:
+    """Round trips to PostgreSQL per bet, counted through the proxy."""
+
+    bets: int
+    per_bet: list[int]
+
+    def render(self, workers: int) -> str:
+        """A line for the report."""
+        spread = Counter(self.per_bet)
+        shares = ", ".join(
+            f"{trips}: {count / self.bets:.0%}" for trips, count in sorted(spread.items())
+        )
+        mean = sum(self.per_bet) / self.bets
+        return (
+            f"Round trips to PostgreSQL per bet, through `shoebox serve` ({workers} workers), "
+            f"{self.bets} bets of one client: mean {mean:.2f}, median "
+            f"{statistics.median(self.per_bet):g}; share of bets by round trips: {shares}."
+        )
+
+
+def count_round_trips(database_url: str, keys: Keys, workers: int, rounds: int) -> RoundTrips:
+    """Play `rounds` rounds at one table through a counting proxy; count each bet's trips."""
+    per_bet: list[int] = []
+    with counted(database_url) as (proxied_admin, counter):
+        proxied_app = app_conninfo(proxied_admin, environ={})
+        with serving(database_url, workers, 1, app_database_url=proxied_app) as port:
+            await_workers(port, keys, workers)
+            table_id = set_up_tables(port, keys, 1, f"rt{secrets.token_hex(3)}")[0]
+            client = Client(port, keys.frontend, idempotency=True)
+            players = player_ids(table_id)
+            try:
+                for number in range(rounds + 1):
+                    for seat, spot, stake in ROUND_BETS:
+                        body = {"player_id": players[seat], "spot": spot, "stake_pence": stake}
+                        counter.reset()
+                        with counter.counting():
+                            client.ok("POST", f"/tables/{table_id}/bets", body)
+                        if number:  # the first round warms every worker it reaches
+                            per_bet.append(counter.round_trips)
+                    for player_id in players:
+                        client.ok("POST", f"/tables/{table_id}/deal", {"player_id": player_id})
+            finally:
+                client.close()
+    return RoundTrips(len(per_bet), per_bet)
+
+
+def commit_latency(database_url: str, commits: int = 300) -> str:
+    """The p50 and p99 of an autocommit one-row INSERT on this server now: its disk flush."""
+    import psycopg
+
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS bench_flush (id serial PRIMARY KEY, note text)")
+        took: list[float] = []
+        for _ in range(commits):
+            started = time.perf_counter()
+            conn.execute("INSERT INTO bench_flush (note) VALUES ('x')")
+            took.append(time.perf_counter() - started)
+    return (
+        f"a one-row INSERT and its commit, {commits} in a row: p50"
+        f" {percentile(took, 0.5) * 1000:.2f} ms, p99 {percentile(took, 0.99) * 1000:.2f} ms"
+    )
 
 
 def uptime() -> str:
@@ -514,6 +619,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="play without Idempotency-Key headers (by default every POST sends one)",
     )
     parser.add_argument("--profile", type=int, default=500, metavar="BETS", help="0: none")
+    parser.add_argument(
+        "--round-trips", type=int, default=20, metavar="ROUNDS", help="0: do not count them"
+    )
     parser.add_argument("--markdown", type=Path, help="also write the report here")
     args = parser.parse_args(argv)
     idempotency = not args.no_idempotency_keys
@@ -522,6 +630,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     scenarios = [Scenario(n, Figure(f"{n} table(s)")) for n in args.tables]
     with throwaway_database(server_url(), prefix="bench_api") as database_url:
         apply_migrations(database_url)
+        flush_before = commit_latency(database_url)
         keys = issue_keys(database_url)
         run = secrets.token_hex(3)
         with serving(database_url, args.workers, args.threads) as port:
@@ -537,10 +646,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         profile = ""
         if args.profile:
             profile = profile_bets(database_url, keys, profile_table, args.profile)
+        flush_after = commit_latency(database_url)
+        trips = ""
+        if args.round_trips:
+            counted_trips = count_round_trips(database_url, keys, args.workers, args.round_trips)
+            trips = counted_trips.render(args.workers)
     load_after = uptime()
 
     command = "python bench/api.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    worker_class = "gthread" if args.threads > 1 else "sync"
+    # `shoebox serve` runs gevent workers unless told otherwise; --threads is gthread's.
+    worker_class = "gevent, serve's default" if args.threads == 1 else "gthread"
     report = "\n".join(
         [
             f"Command: `{command.strip()}`  ",
@@ -549,11 +664,14 @@ def main(argv: Sequence[str] | None = None) -> None:
             f" ({worker_class}); PostgreSQL on the same machine; no Redis (windows close lazily)  ",
             f"Clients: N threads, http.client, one connection each; bets"
             f" {'with' if idempotency else 'without'} an Idempotency-Key; medians of"
-            f" {args.repeats} repeats of {args.seconds:g} s, contenders interleaved.",
+            f" {args.repeats} repeats of {args.seconds:g} s, contenders interleaved.  ",
+            f"Commit latency before: {flush_before}; after: {flush_after}.",
             "",
             render_rounds(scenarios),
             "",
             render_table([s.rates for s in scenarios], BET, [PING]),
+            "",
+            trips,
             "",
             profile,
         ]

@@ -75,6 +75,9 @@ class InMemoryEventStore(EventStore):
             )
             if idempotency is not None:
                 self._idempotency[idempotency.key] = (idempotency.fingerprint, result)
+                if idempotency.response is not None:
+                    # Under the same lock as the events, as append_events() stores it.
+                    self._responses[idempotency.key] = normalise(idempotency.response)
             return result
 
     def _replay(self, idempotency: Idempotency) -> AppendResult:
@@ -82,7 +85,11 @@ class InMemoryEventStore(EventStore):
         if fingerprint != idempotency.fingerprint:
             raise IdempotencyKeyReused(idempotency.key)
         return AppendResult(
-            result.first_position, result.last_position, result.versions, replayed=True
+            result.first_position,
+            result.last_position,
+            result.versions,
+            replayed=True,
+            response=self._responses.get(idempotency.key),
         )
 
     def read_stream(

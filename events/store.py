@@ -112,6 +112,10 @@ class Idempotency:
 
     key: str
     fingerprint: str
+    # The caller's answer to the request, when it is known before the append: the store keeps
+    # it with the key in the append's own transaction, so that the key is never recorded
+    # without its answer. Not part of the key's identity (a retry's answer is the first one).
+    response: JsonValue | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +128,8 @@ class AppendResult:
     # True when an idempotency key matched and nothing was appended; equality ignores it so
     # that a replayed result compares equal to the original.
     replayed: bool = field(default=False, compare=False)
+    # For a replay: the response stored with the key, if its first request stored one.
+    response: JsonValue | None = field(default=None, compare=False)
 
     def to_json(self) -> dict[str, JsonValue]:
         """The JSON form stored with an idempotency key."""

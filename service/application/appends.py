@@ -4,13 +4,18 @@ Every application service command is a `prepare` function that loads the streams
 runs the pure domain and returns the appends with the versions it read. `run_command` answers
 a repeated idempotency key from the log without deciding anything again, appends once, and on
 a `ConcurrencyConflict` prepares afresh from the newer state, up to a bounded number of tries.
+
+A caller that can say how it will answer (`Actor.respond`) gets the one-call path: the answer
+is built from the prepared events before the append and stored with the idempotency key in the
+append itself, and the key is not looked up first, since the append answers a known key with
+its stored answer. A fresh keyed command is then one call to the store.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from events.store import (
     AppendResult,
@@ -18,6 +23,7 @@ from events.store import (
     EventStore,
     Idempotency,
     IdempotencyKeyReused,
+    JsonValue,
     StreamAppend,
 )
 from service.application.actor import Actor
@@ -45,6 +51,19 @@ def note_looked_up(idempotency: Idempotency) -> None:
 
 
 @dataclass(frozen=True, slots=True)
+class Outcome:
+    """What a command's append records: its events in append order, each stream's new version.
+
+    Known before the append (the versions are the ones read plus the events added), so an
+    answer built from it can be stored in the append; the positions are not, and are no part
+    of it.
+    """
+
+    events: tuple[DomainEvent, ...]
+    versions: Mapping[str, int]
+
+
+@dataclass(frozen=True, slots=True)
 class Receipt:
     """What a command appended (or, for a repeated idempotency key, had appended before)."""
 
@@ -54,6 +73,9 @@ class Receipt:
     last_position: int
     # As with AppendResult: a replayed receipt equals the original it repeats.
     replayed: bool = field(default=False, compare=False)
+    # The answer stored with the idempotency key by the append (the first request's, on a
+    # replay); None when the caller gave no `respond`, or the first request stored none.
+    response: JsonValue | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,9 +95,12 @@ def run_command(
 ) -> Receipt:
     """Prepare and append a command, retrying on conflicts; a repeated key replays the first."""
     idempotency = actor.idempotency
-    if idempotency is not None and _LOOKED_UP.get() is not idempotency:
+    respond = actor.respond if idempotency is not None else None
+    if idempotency is not None and respond is None and _LOOKED_UP.get() is not idempotency:
         # Checked before deciding: the command may no longer be allowed (Deal pressed twice),
-        # yet its retry must get the first answer, not a refusal.
+        # yet its retry must get the first answer, not a refusal. (With `respond`, the append
+        # itself answers a known key, and the caller answers a refusal with the key's stored
+        # answer if it has one.)
         earlier = replay(store, idempotency)
         if earlier is not None:
             return earlier
@@ -83,18 +108,33 @@ def run_command(
     for _ in range(attempts):
         try:
             prepared = prepare()
-            result = store.append(prepared.appends, actor.metadata(), idempotency)
+            keyed = idempotency
+            if idempotency is not None and respond is not None:
+                answer = respond(Outcome(prepared.events, _new_versions(prepared.appends)))
+                keyed = replace(idempotency, response=answer)
+            result = store.append(prepared.appends, actor.metadata(), keyed)
         except ConcurrencyConflict as conflict:
             conflicted.append(conflict.stream_id)
             continue
         if result.replayed:
-            # The same key won a race with this very request; answer as the winner was.
+            # The key was used before (a retry, or a twin that won the race with this very
+            # request): answer as the first request was.
             return _receipt_from_log(store, result)
         prepared.on_recorded(result)
         return Receipt(
-            prepared.events, result.versions, result.first_position, result.last_position
+            prepared.events,
+            result.versions,
+            result.first_position,
+            result.last_position,
+            response=None if keyed is None else keyed.response,
         )
     raise Conflict(sorted(set(conflicted)), attempts)
+
+
+def _new_versions(appends: Sequence[StreamAppend]) -> dict[str, int]:
+    # What the store will report once the append is recorded: the version read plus the
+    # events added (a guard adds none).
+    return {s.stream_id: s.expected_version + len(s.events) for s in appends}
 
 
 def replay(store: EventStore, idempotency: Idempotency) -> Receipt | None:
@@ -104,7 +144,7 @@ def replay(store: EventStore, idempotency: Idempotency) -> Receipt | None:
         return None
     if record.fingerprint != idempotency.fingerprint:
         raise IdempotencyKeyReused(idempotency.key)
-    return _receipt_from_log(store, record.result)
+    return _receipt_from_log(store, replace(record.result, response=record.response))
 
 
 def _receipt_from_log(store: EventStore, result: AppendResult) -> Receipt:
@@ -116,4 +156,5 @@ def _receipt_from_log(store: EventStore, result: AppendResult) -> Receipt:
         result.first_position,
         result.last_position,
         replayed=True,
+        response=result.response,
     )

@@ -1,4 +1,4 @@
-"""`shoebox worker`: the RQ worker, with rq's scheduler, that closes betting windows on time."""
+"""`shoebox worker`: the window timer that closes betting windows on time, and the RQ worker."""
 
 from dataclasses import replace
 from datetime import timedelta
@@ -25,7 +25,10 @@ from service.runtime.settings import Settings
 )
 @click.option("--burst", is_flag=True, help="Run the jobs that are due, then stop.")
 def worker(queue_name: str | None, rebuilds: bool, burst: bool) -> None:
-    """Run the jobs that close betting windows, with rq's scheduler, until interrupted.
+    """Close betting windows at their deadlines, and run the periodic jobs, until interrupted.
+
+    The window timer closes each window within milliseconds of its deadline; rq (with its
+    scheduler) runs recovery and checkpoint signing.
 
     With --rebuilds, run the read models' rebuilds instead: a second worker process, since a
     worker runs one job at a time and a rebuild of a long log takes minutes.
@@ -35,9 +38,10 @@ def worker(queue_name: str | None, rebuilds: bool, burst: bool) -> None:
     from rq import Queue, SimpleWorker
     from rq.serializers import JSONSerializer
 
+    from events.store import utc_now
     from service.runtime import jobs
     from service.runtime.logs import configure_logging
-    from service.runtime.scheduler import REBUILD_QUEUE, WINDOW_QUEUE
+    from service.runtime.scheduler import REBUILD_QUEUE, WINDOW_QUEUE, WindowTimer
     from service.runtime.signing import signing_keys
 
     configure_logging("worker")
@@ -59,7 +63,17 @@ def worker(queue_name: str | None, rebuilds: bool, burst: bool) -> None:
         # few milliseconds of PostgreSQL, and the pool and caches built by the first job serve
         # every later one.
         rq_worker = SimpleWorker([queue], connection=connection, serializer=JSONSerializer)
+        timer: WindowTimer | None = None
         if not rebuilds:
+            # Beside rq's loop, on threads of its own: a window's deadline cannot wait for a
+            # recovery job to finish, nor for rq's once-a-second scheduler.
+            timer = WindowTimer(
+                connection, jobs.close_betting_window, queue_name=name, clock=utc_now
+            )
+            if burst:
+                timer.take_due()  # once, like rq's burst: what is due now, then stop
+            else:
+                timer.start()
             # Interrupted rounds are looked for now and then every minute (service/recovery.py).
             jobs.schedule_recovery(queue, timedelta(0))
             # The log's head is signed every minute that saw appends, if a signing key is set.
@@ -68,7 +82,11 @@ def worker(queue_name: str | None, rebuilds: bool, burst: bool) -> None:
         click.echo(f"worker serving queue {queue.name!r} on {queue_url}", err=True)
         # rq logs every job it starts and finishes, and the scheduler each minute's jobs, at
         # INFO; the jobs log what they did, so the worker is quiet when nothing happens.
-        rq_worker.work(burst=burst, with_scheduler=True, logging_level="WARNING")
+        try:
+            rq_worker.work(burst=burst, with_scheduler=True, logging_level="WARNING")
+        finally:
+            if timer is not None:
+                timer.stop()
 
 
 commands: list[click.Command] = [worker]

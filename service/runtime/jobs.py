@@ -30,7 +30,7 @@ from service.application.streams import TableCache
 from service.application.upcasters import upcasters
 from service.runtime.failpoints import deal_append_hook
 from service.runtime.metrics import MeteredEventStore, observe_window_close
-from service.runtime.scheduler import WINDOW_QUEUE, RqWindowScheduler
+from service.runtime.scheduler import CLOSERS, WINDOW_QUEUE, RedisWindowScheduler
 from service.runtime.settings import Settings, SettingsError
 from service.runtime.signing import checkpoint_service, publish
 
@@ -44,9 +44,10 @@ CHECKPOINT_INTERVAL: Final = timedelta(seconds=60)
 CHECKPOINTER: Final = Actor("checkpointer", "system")
 """The actor of the CheckpointSigned events the periodic job appends."""
 
-# One job at a time per worker process. A window job needs one connection (and a spare for a
-# slow release); a rebuild needs four: its lock, its writes and two read-ahead readers.
-POOL_SIZE: Final = 5
+# One rq job at a time per worker process, beside the window timer's closers. A window close
+# needs one connection; a rebuild needs four: its lock, its writes and two read-ahead readers;
+# and a spare for a slow release.
+POOL_SIZE: Final = 5 + CLOSERS
 
 CLOSED: Final = "closed"
 NOTHING_DUE: Final = "nothing due"
@@ -81,6 +82,8 @@ def configure(settings: Settings, queue_name: str = WINDOW_QUEUE) -> None:
 
 def close_betting_window(table_id: str, round_id: str) -> str:
     """Close a round's betting window if it is still open and due, then deal; say what happened.
+
+    The worker's window timer (service/runtime/scheduler.py) runs it at the round's deadline.
 
     Safe to run any number of times: a round already dealt (by an earlier run, or lazily by a
     request to its table) is left alone.
@@ -214,7 +217,7 @@ def _build(settings: Settings, queue_name: str) -> _Services:
     atexit.register(pool.close)
     # Dealing a round opens the next one, whose window this worker's scheduler schedules.
     scheduler: WindowScheduler | None = (
-        RqWindowScheduler.from_url(settings.redis_url, queue_name=queue_name)
+        RedisWindowScheduler.from_url(settings.redis_url, queue_name=queue_name)
         if settings.redis_url
         else None
     )

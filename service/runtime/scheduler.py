@@ -1,28 +1,35 @@
-"""The betting window's punctual closing: an RQ job per round, scheduled with rq's own scheduler.
+"""The betting window's punctual closing: each deadline in a Redis sorted set, to the microsecond.
+
+The API adds a round's deadline to a sorted set (score: the deadline's epoch seconds, never
+rounded) and publishes a wake-up; `shoebox worker` runs a `WindowTimer` that sleeps until the
+earliest deadline in the set, woken early when an earlier one is added, takes every due entry
+atomically (so several workers close each window once) and closes it at once. rq's own
+scheduler keeps whole seconds and polls each second, which let a one-second window close up to
+two seconds late; the timer closes it within milliseconds of its deadline.
 
 This is a promptness device only. `GameService` also closes a lapsed window lazily on the next
 command to its table, and the projector's sweeper closes every lapsed window it finds in the
 open-rounds index within a fraction of a second, needing only PostgreSQL; so when Redis or the
-worker is down nothing is lost and windows still close on time. Scheduling therefore never
-fails a request: an unreachable Redis is logged, and for a short while not asked again.
+worker is down nothing is lost and windows still close. Scheduling therefore never fails a
+request: an unreachable Redis is logged, and for a short while not asked again.
 """
 
 from __future__ import annotations
 
-import hashlib
+import contextlib
+import json
 import logging
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from typing import Final, Self
 
 from redis import Redis
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 from redis.retry import Retry as RedisRetry
-from rq import Queue, Retry
-from rq.serializers import JSONSerializer
 
 log = logging.getLogger(__name__)
 
@@ -36,13 +43,18 @@ Its own queue and its own worker process, because a worker runs one job at a tim
 of a large log takes minutes, and on the windows' queue every betting window would wait for it.
 """
 
-CLOSE_WINDOW_JOB: Final = "service.runtime.jobs.close_betting_window"
-# A job that cannot reach PostgreSQL is retried after these pauses (seconds), then given up:
-# by then the next request to the table will have closed the window anyway.
-RETRY_INTERVALS: Final = (1, 2, 4, 8, 16)
-# Long enough to see what a job did when debugging, short enough not to pile up in Redis.
-RESULT_TTL_SECONDS: Final = 3600
-FAILURE_TTL_SECONDS: Final = 24 * 3600
+# A close that fails (PostgreSQL away for a moment) is tried again after this long, this many
+# times; by then the sweeper or the table's next request will have closed the window anyway.
+RETRY_AFTER_SECONDS: Final = 1.0
+RETRIES: Final = 5
+# The longest the timer sleeps without looking at the set again: a wake-up lost with a
+# dropped connection costs at most this.
+MAX_SLEEP_SECONDS: Final = 1.0
+# Due entries taken at once; a busy second's deadlines come in a few takes.
+TAKE_LIMIT: Final = 100
+# Closing windows at once: each is a few milliseconds of PostgreSQL, and a slow one must not
+# hold up the deadlines behind it.
+CLOSERS: Final = 4
 # A request must not wait on a dead Redis: one quick try, no redis-py retries, and after a
 # failure no further try from this process for a while.
 CONNECT_TIMEOUT_SECONDS: Final = 0.5
@@ -50,11 +62,14 @@ SOCKET_TIMEOUT_SECONDS: Final = 1.0
 QUIET_AFTER_FAILURE_SECONDS: Final = 5.0
 
 
-def window_job_id(table_id: str, round_id: str) -> str:
-    """The RQ job id of a round's window closing: one per round, whatever the ids contain."""
-    # rq admits only letters, digits, '-' and '_' in ids; a digest keeps any table id usable.
-    digest = hashlib.sha256(f"{table_id}\n{round_id}".encode()).hexdigest()[:40]
-    return f"shoebox-window-{digest}"
+def deadlines_key(queue_name: str = WINDOW_QUEUE) -> str:
+    """The sorted set of the windows to close: member `[table_id, round_id]`, score the deadline."""
+    return f"{queue_name}:deadlines"
+
+
+def wake_channel(queue_name: str = WINDOW_QUEUE) -> str:
+    """The channel a scheduler publishes on so that a sleeping timer looks again."""
+    return f"{queue_name}:wake"
 
 
 def redis_for_requests(url: str) -> Redis[bytes]:
@@ -67,8 +82,19 @@ def redis_for_requests(url: str) -> Redis[bytes]:
     )
 
 
-class RqWindowScheduler:
-    """Schedules `service.runtime.jobs.close_betting_window` at a round's deadline, with rq."""
+def _score(at: datetime) -> float:
+    if at.tzinfo is None:
+        raise ValueError(f"a window's deadline must be timezone-aware, not {at!r}")
+    # A float of epoch seconds keeps microseconds exactly enough (about 0.2 us at this epoch).
+    return at.timestamp()
+
+
+def _member(table_id: str, round_id: str) -> str:
+    return json.dumps([table_id, round_id], separators=(",", ":"))
+
+
+class RedisWindowScheduler:
+    """Adds a round's deadline to the worker's sorted set of deadlines, and wakes its timer."""
 
     def __init__(
         self,
@@ -78,8 +104,10 @@ class RqWindowScheduler:
         quiet_after_failure: float = QUIET_AFTER_FAILURE_SECONDS,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        # Building a Queue connects to nothing; the first enqueue does.
-        self._queue = Queue(queue_name, connection=connection, serializer=JSONSerializer)
+        # Building a client connects to nothing; the first schedule does.
+        self._connection = connection
+        self._key = deadlines_key(queue_name)
+        self._channel = wake_channel(queue_name)
         self._quiet_after_failure = quiet_after_failure
         self._monotonic = monotonic
         self._lock = threading.Lock()
@@ -91,29 +119,23 @@ class RqWindowScheduler:
         return cls(redis_for_requests(url), queue_name=queue_name)
 
     @property
-    def queue(self) -> Queue:
-        """The queue jobs are scheduled on."""
-        return self._queue
+    def connection(self) -> Redis[bytes]:
+        """The Redis the deadlines go to."""
+        return self._connection
 
     def schedule_window_close(self, table_id: str, round_id: str, at: datetime) -> None:
         """Have the worker close the round's window at `at`; on a Redis failure, log and return."""
         if self._quiet():
             log.debug("Redis failed recently; round %s's window closes lazily", round_id)
             return
+        score = _score(at)
         try:
-            self._queue.enqueue_at(
-                _second_not_before(at),
-                CLOSE_WINDOW_JOB,
-                table_id,
-                round_id,
-                # The same id for the same round: scheduling twice overwrites one entry
-                # instead of adding a second job (and a second run would be harmless anyway).
-                job_id=window_job_id(table_id, round_id),
-                retry=Retry(max=len(RETRY_INTERVALS), interval=list(RETRY_INTERVALS)),
-                result_ttl=RESULT_TTL_SECONDS,
-                failure_ttl=FAILURE_TTL_SECONDS,
-                description=f"close the betting window of round {round_id} at table {table_id}",
-            )
+            # One round trip: the same member for the same round, so scheduling twice moves
+            # one entry instead of adding a second (and a second close would be harmless).
+            pipe = self._connection.pipeline(transaction=False)
+            pipe.zadd(self._key, {_member(table_id, round_id): score})
+            pipe.publish(self._channel, repr(score))
+            pipe.execute()
         except RedisError as error:
             self._fail()
             log.warning(
@@ -136,13 +158,130 @@ class RqWindowScheduler:
             self._quiet_until = self._monotonic() + self._quiet_after_failure
 
 
-def _second_not_before(at: datetime) -> datetime:
-    """`at` rounded up to a whole second.
+# Every member due at ARGV[1] or before, up to ARGV[2] of them, removed and returned in one
+# step: with several workers each deadline is taken by exactly one.
+_TAKE_DUE: Final = """
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
+if #due > 0 then redis.call('ZREM', KEYS[1], unpack(due)) end
+return due
+"""
 
-    rq's scheduled registry keeps whole seconds, truncating: a deadline of 12:00:15.7 would be
-    due at 12:00:15, find the window still open, and have to be scheduled again.
+
+class WindowTimer:
+    """Closes each window in the sorted set at its deadline, on a thread of its own.
+
+    It sleeps until the earliest deadline (at most MAX_SLEEP_SECONDS), woken early by the
+    scheduler's message when an earlier one is added, takes the due entries and hands each to
+    `close(table_id, round_id)` on a small pool of closers. A close that raises is tried again
+    a few times; one that keeps failing is left to the sweeper and recovery.
     """
-    if at.tzinfo is None:
-        raise ValueError(f"a window's deadline must be timezone-aware, not {at!r}")
-    whole = at.replace(microsecond=0)
-    return whole if whole == at else whole + timedelta(seconds=1)
+
+    def __init__(
+        self,
+        connection: Redis[bytes],
+        close: Callable[[str, str], object],
+        *,
+        queue_name: str = WINDOW_QUEUE,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        closers: int = CLOSERS,
+        retry_after: float = RETRY_AFTER_SECONDS,
+    ) -> None:
+        self._connection = connection
+        self._close = close
+        self._key = deadlines_key(queue_name)
+        self._channel = wake_channel(queue_name)
+        self._clock = clock
+        self._retry_after = retry_after
+        self._take = connection.register_script(_TAKE_DUE)
+        self._closers = ThreadPoolExecutor(closers, thread_name_prefix="window-closer")
+        self._failures: dict[str, int] = {}
+        self._failures_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Run the timer on a daemon thread until `stop`."""
+        self._thread = threading.Thread(target=self._run, name="window-timer", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop taking deadlines, and wait for the closes under way."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        self._closers.shutdown(wait=True)
+
+    def alive(self) -> bool:
+        """Whether the timer's thread is running."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def take_due(self) -> float | None:
+        """Hand every due window to the closers; seconds until the next deadline, if any."""
+        now = self._clock().timestamp()
+        due = self._take(keys=[self._key], args=[repr(now), TAKE_LIMIT])
+        for member in due:
+            table_id, round_id = json.loads(member)
+            self._closers.submit(self._run_close, table_id, round_id)
+        if len(due) >= TAKE_LIMIT:
+            return 0.0  # more are due: take them before sleeping
+        earliest = self._connection.zrange(self._key, 0, 0, withscores=True)
+        if not earliest:
+            return None
+        return max(0.0, float(earliest[0][1]) - self._clock().timestamp())
+
+    def _run_close(self, table_id: str, round_id: str) -> None:
+        member = _member(table_id, round_id)
+        try:
+            self._close(table_id, round_id)
+        except Exception:
+            with self._failures_lock:
+                failures = self._failures.get(member, 0) + 1
+                self._failures[member] = failures
+            if failures > RETRIES:
+                log.exception(
+                    "could not close round %s at table %s; the sweeper or recovery will",
+                    round_id,
+                    table_id,
+                )
+                with self._failures_lock:
+                    self._failures.pop(member, None)
+                return
+            log.warning("closing round %s failed; trying again", round_id, exc_info=True)
+            try:
+                self._connection.zadd(
+                    self._key, {member: self._clock().timestamp() + self._retry_after}
+                )
+            except RedisError:
+                log.warning("could not reschedule round %s; the sweeper will close it", round_id)
+            return
+        with self._failures_lock:
+            self._failures.pop(member, None)
+
+    def _run(self) -> None:
+        pubsub = None
+        while not self._stop.is_set():
+            try:
+                if pubsub is None:
+                    # Subscribed before looking at the set, so no wake-up falls between them.
+                    pubsub = self._connection.pubsub(ignore_subscribe_messages=True)
+                    pubsub.subscribe(self._channel)
+                wait = self.take_due()
+                sleep = MAX_SLEEP_SECONDS if wait is None else min(wait, MAX_SLEEP_SECONDS)
+                if sleep > 0:
+                    # Returns at the timeout, or at once on a wake-up (an earlier deadline).
+                    pubsub.get_message(timeout=sleep)
+                    # Drain any other wake-ups already here: one look covers them all.
+                    while pubsub.get_message(timeout=0.0) is not None:
+                        pass
+            except RedisError:
+                log.warning("the window timer lost Redis; trying again", exc_info=True)
+                if pubsub is not None:
+                    with contextlib.suppress(RedisError):
+                        pubsub.close()
+                pubsub = None
+                self._stop.wait(MAX_SLEEP_SECONDS)
+            except Exception:
+                log.exception("the window timer failed a pass; trying again")
+                self._stop.wait(MAX_SLEEP_SECONDS)
+        if pubsub is not None:
+            pubsub.close()

@@ -18,7 +18,7 @@ from service.application.keys import ApiKey
 from service.application.read_models.queries import ProjectionService
 from service.application.upcasters import upcasters
 from service.runtime.container import wire
-from service.runtime.scheduler import RqWindowScheduler
+from service.runtime.scheduler import RedisWindowScheduler
 from service.runtime.settings import Settings, SettingsError
 from service.web import idempotency, operators, rate_limits
 from service.web.api import API_PREFIX, EXTENSION, ShoeboxApi, register_blueprints
@@ -85,7 +85,7 @@ def create_app(
     clock = clock if clock is not None else utc_now
     if scheduler is None and settings.redis_url:
         # Connects to nothing yet; a Redis that is down only costs windows their promptness.
-        scheduler = RqWindowScheduler.from_url(settings.redis_url)
+        scheduler = RedisWindowScheduler.from_url(settings.redis_url)
     pool: Pool | None = None
     if store is None:
         pool = _open_pool(settings, pool_size)

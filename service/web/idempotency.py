@@ -17,6 +17,14 @@ How a request with a key runs:
    racing identical requests answer alike). A
    refusal is not stored, because nothing was appended; but if a racing twin applied the
    same request meanwhile, the refusal is replaced by the twin's response.
+
+A view marked `answered_in_append` (the table commands: a bet, Deal, Pass) skips steps 1 and 3:
+it answers through `answer_command`, which builds the answer from the command's prepared
+events before the append and has the append store it with the key, in one transaction and
+one call to the database. The append answers a known key with its stored answer, which the
+view replays; a refusal still goes through step 3's lookup, so a retry that is no longer
+allowed (Deal pressed twice) still gets the first answer. No key is then ever in the log
+without its answer, and a fresh keyed bet costs one call.
 """
 
 from __future__ import annotations
@@ -24,16 +32,24 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from typing import Final
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any, Final, TypeVar
 
-from flask import Response, g, request
+import marshmallow as ma
+from flask import Response, current_app, g, jsonify, request
 
 from events.store import EventStore, Idempotency, JsonValue
 from events.store import UnknownIdempotencyKey as _UnknownKey
-from service.application.appends import note_looked_up
+from service.application.actor import Actor
+from service.application.appends import Outcome, Receipt, note_looked_up
 from service.application.keys import ApiKey
-from service.web.api import container
+from service.web.api import actor, container
+from service.web.operators import name_players
 from service.web.problems import Problem, idempotency_key_reused
+
+V = TypeVar("V", bound=Callable[..., Any])
+A = TypeVar("A")
 
 HEADER: Final = "Idempotency-Key"
 REPLAYED_HEADER: Final = "Idempotent-Replayed"
@@ -42,6 +58,19 @@ MAX_KEY_LENGTH: Final = 255
 # How long a retry waits for its first request's response before answering 409.
 WAIT_SECONDS: Final = 2.0
 _POLL_SECONDS: Final = 0.02
+_ANSWERED_IN_APPEND: Final = "_shoebox_answered_in_append"
+
+
+def answered_in_append(view: V) -> V:
+    """Mark a view method that answers through `answer_command`: its append stores its answer."""
+    setattr(view, _ANSWERED_IN_APPEND, True)
+    return view
+
+
+def _view_answers_in_append() -> bool:
+    view_function = current_app.view_functions.get(request.endpoint or "")
+    handler = getattr(getattr(view_function, "view_class", None), request.method.lower(), None)
+    return getattr(handler, _ANSWERED_IN_APPEND, False) is True
 
 
 def check_key(value: str) -> str:
@@ -88,6 +117,10 @@ def begin_request() -> Response | None:
         scoped_key(api_key, check_key(value)),
         fingerprint(request.method, request.full_path, request.get_data(cache=True)),
     )
+    if _view_answers_in_append():
+        # The append looks the key up itself, under the log's lock, and replays it.
+        g.idempotency = idempotency
+        return None
     store = container().store
     record = store.idempotency_record(idempotency.key)
     if record is not None and record.fingerprint != idempotency.fingerprint:
@@ -113,6 +146,8 @@ def finish_request(response: Response) -> Response:
     idempotency = g.get("idempotency")
     if not isinstance(idempotency, Idempotency) or g.get("idempotency_replayed"):
         return response
+    if g.get("idempotency_answered"):
+        return response  # stored by the append, with its events
     if response.status_code == 503:
         # The database is away: there is nothing to look up, and the key stays free for the
         # retry (if the append did commit, the retry finds its record and answers from the log).
@@ -122,16 +157,18 @@ def finish_request(response: Response) -> Response:
         record = store.idempotency_record(idempotency.key)
         if record is None:
             return response
+        # Returned, not raised: an after-request hook that raises leaves Flask to send the
+        # view's own response unfinished.
         if record.fingerprint != idempotency.fingerprint:
-            raise idempotency_key_reused()
+            return idempotency_key_reused().response()
         stored = _wait_for_response(store, idempotency, record.response)
         if stored is None:
-            raise Problem(
+            return Problem(
                 409,
                 "idempotency-key-in-progress",
                 "The first request with this Idempotency-Key was applied but its response is"
                 " not stored yet; retry in a moment, or read the resource.",
-            )
+            ).response()
         return _replay(stored)
     document = _stored_form(response)
     try:
@@ -141,6 +178,40 @@ def finish_request(response: Response) -> Response:
         return response
     # A twin with the same key stored its answer first: answer as it did.
     return response if stored == document else _replay(stored)
+
+
+def answer_command(
+    status: int,
+    schema: ma.Schema,
+    command: Callable[[Actor], Receipt],
+    render: Callable[[Outcome | Receipt], A],
+) -> A | Response:
+    """Run a command and answer it with `render`'s value dumped by `schema`, at `status`.
+
+    Without an Idempotency-Key this is `render(command(actor()))`, which the view's
+    `blp.response` dumps as usual. With one, the answer is built from the command's outcome
+    before its append (named for the caller, as `name_players` would) and stored by the
+    append; the view then returns that stored answer, which a retry replays byte for byte.
+    """
+    caller = actor()
+    if caller.idempotency is None or not _view_answers_in_append():
+        return render(command(caller))
+
+    def respond(outcome: Outcome) -> JsonValue:
+        response = jsonify(schema.dump(render(outcome)))
+        response.status_code = status
+        return _stored_form(name_players(response))
+
+    receipt = command(replace(caller, respond=respond))
+    if receipt.response is None:
+        # A key whose first request stored no answer (before migration 0011): answer from the
+        # log, and finish_request stores it as it always did.
+        return render(receipt)
+    g.idempotency_answered = True
+    if receipt.replayed:
+        g.idempotency_replayed = True
+        return _replay(receipt.response)
+    return _stored_response(receipt.response)
 
 
 def _wait_for_response(
@@ -167,6 +238,12 @@ def _stored_form(response: Response) -> dict[str, JsonValue]:
 
 
 def _replay(stored: JsonValue) -> Response:
+    response = _stored_response(stored)
+    response.headers[REPLAYED_HEADER] = "true"
+    return response
+
+
+def _stored_response(stored: JsonValue) -> Response:
     if not isinstance(stored, dict):
         raise TypeError(f"not a stored response: {stored!r}")
     status, body = stored.get("status"), stored.get("body")
@@ -178,5 +255,4 @@ def _replay(stored: JsonValue) -> Response:
         response.headers["Content-Type"] = content_type
     if isinstance(location, str):
         response.headers["Location"] = location
-    response.headers[REPLAYED_HEADER] = "true"
     return response

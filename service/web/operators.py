@@ -138,8 +138,8 @@ def name_players(response: Response) -> Response:
     key = g.get("api_key")
     if not isinstance(key, ApiKey) or key.operator is None or response.direct_passthrough:
         return response
-    if g.get("idempotency_replayed"):
-        return response
+    if g.get("idempotency_replayed") or g.get("idempotency_answered"):
+        return response  # named already, when it was first built
     mimetype = response.mimetype
     if mimetype not in ("application/json", PROBLEM_MIMETYPE):
         return response

@@ -35,7 +35,7 @@ from domain.table import (
     ShoeRevealed,
     is_round_event,
 )
-from service.application.appends import Receipt
+from service.application.appends import Outcome, Receipt
 from service.application.streams import table_stream
 
 
@@ -106,7 +106,7 @@ class OpenedRoundSchema(ma.Schema):
 
     round_id = ma.fields.String(required=True)
     number = ma.fields.Integer(required=True)
-    deadline = ma.fields.DateTime(required=True)
+    window_closes_at = ma.fields.DateTime(required=True)
     seats = ma.fields.List(ma.fields.Integer(), required=True)
 
 
@@ -150,6 +150,14 @@ class TableActionSchema(ma.Schema):
     shoe_revealed = ma.fields.Nested(RevealedShoeSchema, allow_none=True)
     shoe_opened = ma.fields.Nested(OpenedShoeSchema, allow_none=True)
     next_round = ma.fields.Nested(OpenedRoundSchema, allow_none=True)
+    window_closes_at = ma.fields.DateTime(
+        allow_none=True,
+        metadata={
+            "description": "When the betting window of the round this action opened closes,"
+            " if it opened one (the first bet at an idle table); a front end draws its"
+            " countdown from it."
+        },
+    )
     table_version = ma.fields.Integer(required=True)
 
 
@@ -170,11 +178,16 @@ class TableAction:
     shoe_revealed: dict[str, Any] | None
     shoe_opened: dict[str, Any] | None
     next_round: dict[str, Any] | None
+    window_closes_at: datetime | None
     table_version: int
 
 
-def table_action(table_id: str, player_id: str | None, receipt: Receipt) -> TableAction:
-    """The answer to a table command, from the events its append recorded."""
+def table_action(table_id: str, player_id: str | None, receipt: Receipt | Outcome) -> TableAction:
+    """The answer to a table command, from the events its append records.
+
+    Positions are no part of it, so it is the same from the prepared outcome, before the
+    append, as from the receipt after: the answer can be stored by the append itself.
+    """
     round_id: str | None = None
     seat: int | None = None
     bets: list[dict[str, Any]] = []
@@ -187,6 +200,7 @@ def table_action(table_id: str, player_id: str | None, receipt: Receipt) -> Tabl
     revealed: dict[str, Any] | None = None
     opened_shoe: dict[str, Any] | None = None
     next_round: dict[str, Any] | None = None
+    window_closes_at: datetime | None = None
     actions: list[str] = []
     for event in receipt.events:
         if not isinstance(event, TABLE_EVENT_TYPES):
@@ -253,9 +267,12 @@ def table_action(table_id: str, player_id: str | None, receipt: Receipt) -> Tabl
                 next_round = {
                     "round_id": event.round_id,
                     "number": event.number,
-                    "deadline": datetime.fromisoformat(event.deadline),
+                    "window_closes_at": datetime.fromisoformat(event.deadline),
                     "seats": [seat_number for seat_number, _ in event.participants],
                 }
+            case RoundOpened():
+                # This command's own round: the bet that opened it.
+                window_closes_at = datetime.fromisoformat(event.deadline)
             case _:
                 pass
     if round_id is None and coup is not None:
@@ -274,6 +291,7 @@ def table_action(table_id: str, player_id: str | None, receipt: Receipt) -> Tabl
         shoe_revealed=revealed,
         shoe_opened=opened_shoe,
         next_round=next_round,
+        window_closes_at=window_closes_at,
         table_version=receipt.versions.get(table_stream(table_id), 0),
     )
 

@@ -242,6 +242,36 @@ class EventStoreContract:
             AppendResult(2, 2, {"wallet:alice": 2})
         )
 
+    def test_a_response_given_with_the_key_is_stored_by_the_append_and_replayed(
+        self, store: EventStore
+    ) -> None:
+        answer: Mapping[str, JsonValue] = {"status": 201, "body": '{"bet_id":"b-1"}'}
+        first = store.append(
+            one("wallet:alice", 0, bet(1)), DEALER, Idempotency("k", "f", response=answer)
+        )
+        assert first.response is None  # a fresh append answers with its own result
+        record = store.idempotency_record("k")
+        assert record is not None
+        assert record.response == answer
+        # A retry carries an answer built from a newer state; the first one is what replays.
+        again = store.append(
+            one("wallet:alice", 1, bet(1)), DEALER, Idempotency("k", "f", response={"x": 1})
+        )
+        assert again.replayed
+        assert again == first
+        assert again.response == answer
+        assert store.head() == 1
+
+    def test_a_refused_append_stores_neither_its_key_nor_its_response(
+        self, store: EventStore
+    ) -> None:
+        store.append(one("wallet:alice", 0, bet(1)), DEALER)
+        with pytest.raises(ConcurrencyConflict):
+            store.append(
+                one("wallet:alice", 0, bet(2)), DEALER, Idempotency("k", "f", response={"a": 1})
+            )
+        assert store.idempotency_record("k") is None
+
     def test_a_stored_response_reads_back_and_the_first_one_wins(self, store: EventStore) -> None:
         store.append(one("wallet:alice", 0, bet(1)), DEALER, Idempotency("k", "f"))
         response: Mapping[str, JsonValue] = {"status": 201, "body": {"bet_id": "b-1"}}

@@ -1,16 +1,18 @@
-"""The betting-window job through real Redis, rq's scheduler and a real PostgreSQL log."""
+"""The window timer and the periodic jobs through a real Redis, rq and a PostgreSQL log."""
 
+import json
 import logging
 import os
 import secrets
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
 import redis
 from rq import Queue, SimpleWorker
-from rq.job import Job, JobStatus
+from rq.job import JobStatus
 from rq.serializers import JSONSerializer
 
 from domain.outcome import Spot
@@ -22,10 +24,10 @@ from service.application.game.tables import GameService
 from service.application.wallets import WalletService
 from service.runtime import jobs
 from service.runtime.scheduler import (
-    CLOSE_WINDOW_JOB,
-    RqWindowScheduler,
+    RedisWindowScheduler,
+    WindowTimer,
+    deadlines_key,
     redis_for_requests,
-    window_job_id,
 )
 from service.runtime.settings import Settings
 from service.web.resources.ops import REBUILD_JOB, REBUILD_TIMEOUT_SECONDS
@@ -33,7 +35,7 @@ from service.web.resources.ops import REBUILD_JOB, REBUILD_TIMEOUT_SECONDS
 OPS = Actor("ops-1", "ops")
 FRONTEND = Actor("frontend-1", "frontend")
 WINDOW = timedelta(seconds=1)
-# rq's scheduler keeps whole seconds, so a job can fall due up to a second after its deadline.
+# A bound on waiting for the worker, far above what any of it takes: not a speed assertion.
 DUE_WITHIN_SECONDS = 15.0
 
 
@@ -108,17 +110,6 @@ def burst(queue: Queue) -> None:
     worker.work(burst=True, with_scheduler=True)
 
 
-def burst_until_finished(queue: Queue, job: Job) -> None:
-    """Burst the queue until `job` has run, as a worker polling its scheduler would."""
-    deadline = time.monotonic() + DUE_WITHIN_SECONDS
-    while True:
-        burst(queue)
-        if job.get_status() is JobStatus.FINISHED:
-            return
-        assert time.monotonic() < deadline, f"job {job.id} is still {job.get_status()}"
-        time.sleep(0.1)
-
-
 def open_round(games: GameService, store: EventStore, table_id: str) -> str:
     """A table with a one-second window and two seated players: alice bets and presses Deal."""
     wallets = WalletService(store, utc_now)
@@ -133,42 +124,109 @@ def open_round(games: GameService, store: EventStore, table_id: str) -> str:
     return current.round_id
 
 
-@pytest.mark.slow
-def test_scheduled_job_closes_the_window_and_deals_once_the_deadline_passes(
+def wait_for(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + DUE_WITHIN_SECONDS
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def scheduled(queue: Queue) -> dict[str, float]:
+    """The timer's sorted set: `table_id round_id` -> the deadline's epoch seconds."""
+    entries = queue.connection.zrange(deadlines_key(queue.name), 0, -1, withscores=True)
+    return {" ".join(json.loads(member)): score for member, score in entries}
+
+
+def test_the_worker_timer_closes_the_window_at_its_deadline_with_no_request(
     app_pool: Pool, queue: Queue, configured_jobs: None
 ) -> None:
     store = PostgresEventStore(app_pool, utc_now)
-    games = GameService(store, utc_now, RqWindowScheduler(queue.connection, queue_name=queue.name))
+    games = GameService(
+        store, utc_now, RedisWindowScheduler(queue.connection, queue_name=queue.name)
+    )
     table_id = f"T-{secrets.token_hex(4)}"
     round_id = open_round(games, store, table_id)
-    job_id = window_job_id(table_id, round_id)
-    scheduled = queue.scheduled_job_registry
-    assert scheduled.get_job_ids() == [job_id]
-    job = Job.fetch(job_id, connection=queue.connection, serializer=JSONSerializer)
-    assert job.func_name == CLOSE_WINDOW_JOB
-    assert job.args == [table_id, round_id]
+    current = games.table(table_id).round
+    assert current is not None
+    # The deadline exactly as the round has it, to the microsecond: never rounded to a second.
+    assert scheduled(queue) == {f"{table_id} {round_id}": current.deadline.timestamp()}
 
-    # Before the deadline the scheduler has nothing due and the job stays scheduled.
-    due = scheduled.get_scheduled_time(job_id)
-    assert utc_now() < due
-    burst(queue)
-    assert job.get_status() is JobStatus.SCHEDULED
+    timer = WindowTimer(
+        queue.connection, jobs.close_betting_window, queue_name=queue.name, clock=utc_now
+    )
+    timer.start()
+    try:
+        # Nobody sends the table anything: only the timer can close the window and deal.
+        wait_for(lambda: bool(store.read_all(types=["CoupCompleted"])), "the timer's deal")
+    finally:
+        timer.stop()
 
-    burst_until_finished(queue, job)
-
-    assert job.return_value(refresh=True) == jobs.CLOSED
     coups = store.read_all(types=["CoupCompleted"])
     assert [event.payload["round_id"] for event in coups] == [round_id]
-    # The worker dealt it, as the table's own append, not a request's.
+    # The table's own append, not a request's, and never before the deadline.
     assert coups[0].metadata.actor == "shoebox"
+    (excluded,) = store.read_all(types=["PlayerExcluded"])
+    assert excluded.payload["player_id"] == "bob"
+    assert excluded.recorded_at >= current.deadline
     # Bob never acted and was excluded when the window closed; alice's bet was dealt.
     settled = store.read_all(types=["BetSettled"])
     assert [(e.payload["player_id"], e.payload["spot"]) for e in settled] == [("alice", "banker")]
-    # The deal opened the next round, whose window the worker scheduled in turn.
+    # The deal opened the next round, whose deadline the worker's own scheduler added.
     following = games.table(table_id).round
     assert following is not None
     assert following.round_id != round_id
-    assert scheduled.get_job_ids() == [window_job_id(table_id, following.round_id)]
+    assert scheduled(queue) == {f"{table_id} {following.round_id}": following.deadline.timestamp()}
+
+
+def test_the_timer_takes_only_what_is_due_and_two_timers_take_each_deadline_once(
+    queue: Queue,
+) -> None:
+    scheduler = RedisWindowScheduler(queue.connection, queue_name=queue.name)
+    now = utc_now()
+    for number in range(20):
+        scheduler.schedule_window_close("T1", f"T1-{number}", now)
+    scheduler.schedule_window_close("T2", "T2-1", now + timedelta(minutes=5))
+    closed: list[str] = []
+    lock = threading.Lock()
+
+    def close(table_id: str, round_id: str) -> None:
+        with lock:
+            closed.append(round_id)
+
+    timers = [
+        WindowTimer(queue.connection, close, queue_name=queue.name, clock=utc_now) for _ in range(2)
+    ]
+    for timer in timers:
+        timer.start()
+    try:
+        wait_for(lambda: len(closed) >= 20, "both timers to take the due deadlines")
+    finally:
+        for timer in timers:
+            timer.stop()
+    assert sorted(closed) == sorted(f"T1-{number}" for number in range(20))
+    assert list(scheduled(queue)) == ["T2 T2-1"]
+
+
+def test_a_close_that_fails_is_tried_again(queue: Queue) -> None:
+    scheduler = RedisWindowScheduler(queue.connection, queue_name=queue.name)
+    scheduler.schedule_window_close("T1", "T1-1", utc_now())
+    calls: list[str] = []
+
+    def close(table_id: str, round_id: str) -> None:
+        calls.append(round_id)
+        if len(calls) == 1:
+            raise ConnectionError("PostgreSQL is away for a moment")
+
+    timer = WindowTimer(
+        queue.connection, close, queue_name=queue.name, clock=utc_now, retry_after=0.05
+    )
+    timer.start()
+    try:
+        wait_for(lambda: len(calls) >= 2, "the second try")
+    finally:
+        timer.stop()
+    assert calls == ["T1-1", "T1-1"]
+    assert scheduled(queue) == {}
 
 
 def test_window_job_run_twice_deals_the_round_once(
@@ -196,31 +254,29 @@ def test_window_job_before_the_deadline_leaves_the_round_open(
 
     assert jobs.close_betting_window(table_id, round_id) == jobs.NOTHING_DUE
     assert not store.read_all(types=["CoupCompleted"])
-    # It asked to be run again at the deadline.
-    assert queue.scheduled_job_registry.get_job_ids() == [window_job_id(table_id, round_id)]
+    # It asked, through the worker's own scheduler, to be run again at the deadline.
+    current = games.table(table_id).round
+    assert current is not None
+    assert scheduled(queue) == {f"{table_id} {round_id}": current.deadline.timestamp()}
 
 
-def test_window_job_for_an_unknown_table_is_moot_not_retried(configured_jobs: None) -> None:
-    assert jobs.close_betting_window("no-such-table", "no-such-round") == jobs.GONE
-
-
-def test_scheduling_twice_keeps_one_job_for_the_round(queue: Queue) -> None:
-    scheduler = RqWindowScheduler(queue.connection, queue_name=queue.name)
-    deadline = datetime.now(UTC) + timedelta(minutes=5)
+def test_scheduling_twice_keeps_one_entry_for_the_round_at_its_exact_deadline(
+    queue: Queue,
+) -> None:
+    scheduler = RedisWindowScheduler(queue.connection, queue_name=queue.name)
+    deadline = (datetime.now(UTC) + timedelta(minutes=5)).replace(microsecond=250_001)
     scheduler.schedule_window_close("T1", "T1-1", deadline)
     scheduler.schedule_window_close("T1", "T1-1", deadline)
-    registry = queue.scheduled_job_registry
-    assert registry.get_job_ids() == [window_job_id("T1", "T1-1")]
-    # rq keeps whole seconds; the job is due at the deadline's second or after, never before.
-    due = registry.get_scheduled_time(window_job_id("T1", "T1-1"))
-    assert deadline <= due < deadline + timedelta(seconds=1)
+    (score,) = scheduled(queue).values()
+    # Kept to the microsecond, not rounded to a whole second as rq's scheduler would.
+    assert datetime.fromtimestamp(score, UTC) == deadline
 
 
 def test_scheduling_on_a_dead_redis_logs_and_the_bet_still_succeeds(
     app_pool: Pool, caplog: pytest.LogCaptureFixture
 ) -> None:
     # Nothing listens on port 1; the client gives up at once instead of retrying.
-    scheduler = RqWindowScheduler.from_url("redis://127.0.0.1:1/0")
+    scheduler = RedisWindowScheduler.from_url("redis://127.0.0.1:1/0")
     store = PostgresEventStore(app_pool, utc_now)
     clock = ManualClock(utc_now())
     games = GameService(store, clock, scheduler)
@@ -249,7 +305,7 @@ def test_scheduler_stays_quiet_for_a_while_after_redis_fails(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     now = [100.0]
-    scheduler = RqWindowScheduler(
+    scheduler = RedisWindowScheduler(
         redis_for_requests("redis://127.0.0.1:1/0"),
         quiet_after_failure=5.0,
         monotonic=lambda: now[0],
@@ -308,28 +364,32 @@ def test_the_recovery_job_is_silent_when_nothing_is_due_and_says_what_it_recover
     assert round_id in record.getMessage()
 
 
-@pytest.mark.slow
 def test_a_queued_rebuild_never_holds_up_a_betting_window(
     app_pool: Pool, queue: Queue, configured_jobs: None
 ) -> None:
     # The rebuild waits on a queue of its own (here a private twin of REBUILD_QUEUE): the
-    # windows' worker closes the window on time and never takes the rebuild, which only the
-    # rebuilds' worker (`shoebox worker --rebuilds`) runs.
+    # windows' timer closes the window on time, and only the rebuilds' worker (`shoebox worker
+    # --rebuilds`) runs the rebuild.
     rebuilds = Queue(
         f"{queue.name}-rebuilds", connection=queue.connection, serializer=JSONSerializer
     )
     store = PostgresEventStore(app_pool, utc_now)
-    games = GameService(store, utc_now, RqWindowScheduler(queue.connection, queue_name=queue.name))
+    games = GameService(
+        store, utc_now, RedisWindowScheduler(queue.connection, queue_name=queue.name)
+    )
     table_id = f"T-{secrets.token_hex(4)}"
     round_id = open_round(games, store, table_id)
     rebuild = rebuilds.enqueue(REBUILD_JOB, "rounds", job_timeout=REBUILD_TIMEOUT_SECONDS)
-    window = Job.fetch(
-        window_job_id(table_id, round_id), connection=queue.connection, serializer=JSONSerializer
+    timer = WindowTimer(
+        queue.connection, jobs.close_betting_window, queue_name=queue.name, clock=utc_now
     )
+    timer.start()
     try:
-        burst_until_finished(queue, window)
-
-        assert window.return_value(refresh=True) == jobs.CLOSED
+        wait_for(lambda: bool(store.read_all(types=["CoupCompleted"])), "the timer's deal")
+        timer.stop()
+        assert [e.payload["round_id"] for e in store.read_all(types=["CoupCompleted"])] == [
+            round_id
+        ]
         assert rebuild.get_status(refresh=True) is JobStatus.QUEUED
 
         burst(rebuilds)
@@ -337,6 +397,7 @@ def test_a_queued_rebuild_never_holds_up_a_betting_window(
         assert rebuild.get_status(refresh=True) is JobStatus.FINISHED
         assert rebuild.return_value() == f"rebuilt rounds up to {store.head()}"
     finally:
+        timer.stop()
         for key in queue.connection.scan_iter(match=f"*{rebuilds.name}*"):
             queue.connection.delete(key)
         queue.connection.delete(f"rq:job:{rebuild.id}", f"rq:results:{rebuild.id}")

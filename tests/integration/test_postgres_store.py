@@ -213,16 +213,18 @@ def test_app_conninfo_yields_to_the_override_variable() -> None:
 
 def test_only_the_app_role_may_execute_the_append_function(fresh_database: str) -> None:
     with psycopg.connect(fresh_database) as conn:
+        # Both forms: with the response to store (0011), and without.
         grantees = conn.execute(
-            "SELECT grantee FROM information_schema.role_routine_grants"
+            "SELECT DISTINCT grantee FROM information_schema.role_routine_grants"
             " WHERE routine_name = 'append_events' AND privilege_type = 'EXECUTE'"
             " AND grantee <> routine_schema AND grantee <> current_user ORDER BY 1"
         ).fetchall()
         public = conn.execute(
-            "SELECT has_function_privilege('public', 'append_events(text, text, text)', 'EXECUTE')"
+            "SELECT has_function_privilege('public', 'append_events(text, text, text)', 'EXECUTE'),"
+            " has_function_privilege('public', 'append_events(text, text, text, text)', 'EXECUTE')"
         ).fetchone()
     assert grantees == [(APP_ROLE,)]
-    assert public == (False,)
+    assert public == (False, False)
 
 
 def test_the_append_function_refuses_documents_that_are_not_pairs(

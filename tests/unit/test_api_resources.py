@@ -51,7 +51,7 @@ def test_an_idle_table_shows_its_seats_and_no_round_or_shoe() -> None:
     sat = api.sit("T1", "alice", 2)
     assert (sat["seat"], sat["actions"]) == (2, ["PlayerSat"])
     state = api.state()
-    assert (state["phase"], state["round_id"], state["shoe"], state["deadline"]) == (
+    assert (state["phase"], state["round_id"], state["shoe"], state["window_closes_at"]) == (
         "idle",
         None,
         None,

@@ -19,6 +19,9 @@ def test_a_round_with_mixed_bets_a_pass_and_a_timeout_then_a_tie_pays_by_the_rul
     opened = api.bet("T1", "alice", "banker", 1_000)
     assert opened["round_id"] == "T1-1"
     assert opened["next_round"] is None
+    # Its answer says when the window closes, under the one name the state and feed use too.
+    window_closes_at = (T0 + timedelta(seconds=15)).isoformat()
+    assert opened["window_closes_at"] == window_closes_at
     assert opened["shoe_opened"]["nonce"] == 1
     assert opened["actions"] == ["ShoeOpened", "RoundOpened", "BetPlaced"]
     assert opened["bets"] == [
@@ -36,7 +39,7 @@ def test_a_round_with_mixed_bets_a_pass_and_a_timeout_then_a_tie_pays_by_the_rul
     state = api.state()
     assert state["phase"] == "betting"
     assert state["round_id"] == "T1-1"
-    assert state["deadline"] == (T0 + timedelta(seconds=15)).isoformat()
+    assert state["window_closes_at"] == window_closes_at
     seats = {seat["player_id"]: seat for seat in state["seats"] if seat["player_id"]}
     assert seats["erin"]["waiting"] is True
     assert seats["erin"]["in_round"] is False
@@ -131,6 +134,8 @@ def test_a_round_with_mixed_bets_a_pass_and_a_timeout_then_a_tie_pays_by_the_rul
         ("carol", "tie", 500, 4_500, 0),
     ]
     assert last["next_round"]["round_id"] == "T1-3"
+    assert last["next_round"]["window_closes_at"] == api.state()["window_closes_at"]
+    assert last["window_closes_at"] is None  # it opened no round of its own
     assert api.available("alice") == FLOAT + 950
     assert api.available("bob") == FLOAT - 2_500 - 2_500 + 2_000 + 4_500
     assert api.available("carol") == FLOAT - 500 + 4_500

@@ -1,6 +1,7 @@
-"""What a bet reads: a cached limit trusted under a guard, and one key lookup a request."""
+"""What a bet reads: cached state trusted under the append's versions, and key lookups."""
 
 from collections import Counter
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -8,8 +9,16 @@ import pytest
 from domain.errors import BetAbovePlayerLimit
 from domain.outcome import Spot
 from domain.table import TableSettings
+from domain.wallet import InsufficientFunds
 from events.memory import InMemoryEventStore
-from events.store import Idempotency, IdempotencyRecord, RecordedEvent
+from events.store import (
+    AppendResult,
+    EventMetadata,
+    Idempotency,
+    IdempotencyRecord,
+    RecordedEvent,
+    StreamAppend,
+)
 from service.application.actor import Actor
 from service.application.appends import note_looked_up
 from service.application.game.tables import GameService
@@ -38,6 +47,16 @@ class CountingStore(InMemoryEventStore):
         super().__init__(clock=clock)
         self.stream_reads: Counter[str] = Counter()
         self.key_lookups = 0
+        self.appends = 0
+
+    def append(
+        self,
+        streams: Sequence[StreamAppend],
+        metadata: EventMetadata,
+        idempotency: Idempotency | None = None,
+    ) -> AppendResult:
+        self.appends += 1
+        return super().append(streams, metadata, idempotency)
 
     def read_stream(
         self, stream_id: str, from_version: int = 1, *, upcast: bool = True
@@ -67,14 +86,53 @@ class Casino:
         self.game.place_bet("T1", "alice", Spot.BANKER, stake, actor)
 
 
-def test_a_bet_reads_a_players_limit_once_and_then_trusts_the_cache() -> None:
+def test_a_bet_after_this_process_s_own_append_reads_nothing_and_appends_once() -> None:
     casino = Casino()
     casino.bet(1_000)
     casino.store.stream_reads.clear()
+    appends = casino.store.appends
     casino.bet(1_000)
     casino.bet(1_000)
-    assert casino.store.stream_reads["player:alice"] == 0
-    assert casino.store.stream_reads["table:T1"] == 2
+    assert casino.store.stream_reads == Counter()
+    assert casino.store.appends == appends + 2
+
+
+def test_a_table_moved_on_by_another_process_conflicts_once_and_the_retry_reads_it() -> None:
+    casino = Casino()
+    casino.bet(1_000)
+    elsewhere = GameService(casino.store, casino.clock, client_seeds=lambda: "reads")
+    elsewhere.place_bet("T1", "alice", Spot.PLAYER, 1_000, FRONTEND)
+    casino.store.stream_reads.clear()
+    appends = casino.store.appends
+    casino.bet(1_000)
+    assert casino.store.appends == appends + 2  # the stale one refused, then the bet
+    assert casino.store.stream_reads["table:T1"] == 1
+    bets = [e for e in casino.store.read_all(0, 1000) if e.type == "BetPlaced"]
+    assert len(bets) == 3
+
+
+def test_a_wallet_drained_by_another_process_is_never_overdrawn_from_the_cache() -> None:
+    casino = Casino()
+    casino.bet(1_000)  # the game service now caches alice's wallet with plenty in it
+    wallets = WalletService(casino.store, casino.clock)
+    available = wallets.balance("alice").available
+    wallets.withdraw("alice", available - 500, "cash out", OPS)
+    head = casino.store.head()
+    with pytest.raises(InsufficientFunds):
+        casino.bet(1_000)
+    assert casino.store.head() == head
+    assert wallets.balance("alice").available == 500
+
+
+def test_a_refusal_on_a_stale_cached_wallet_is_decided_again_on_the_log() -> None:
+    casino = Casino()
+    wallets = WalletService(casino.store, casino.clock)
+    wallets.withdraw("alice", wallets.balance("alice").available, "cash out", OPS)
+    with pytest.raises(InsufficientFunds):
+        casino.bet(1_000)  # the game service now caches an empty wallet
+    wallets.deposit("alice", 5_000, "top up", OPS)
+    casino.bet(1_000)
+    assert wallets.balance("alice").available == 4_000
 
 
 def test_a_limit_lowered_elsewhere_still_refuses_a_bet_over_it() -> None:

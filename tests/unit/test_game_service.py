@@ -476,7 +476,7 @@ def test_live_state_shows_seats_and_who_has_acted() -> None:
         ("carol", False, None),
     ]
     assert state.seats[0].bets[0].stake == 1_000
-    assert state.deadline == T0 + timedelta(seconds=15)
+    assert state.window_closes_at == T0 + timedelta(seconds=15)
 
 
 class AlwaysStale(InMemoryEventStore):
@@ -530,7 +530,9 @@ def test_a_wallet_read_after_another_append_moved_the_table_on_replans_not_refus
             )
         return load_wallet(player_id)
 
+    # Both loaders: the first attempt trusts the cached wallet, a retry reads it.
     game._wallet = wallet_read_late  # type: ignore[method-assign]
+    game._cached_wallet = wallet_read_late  # type: ignore[method-assign]
     with pytest.raises(Exception) as refused:  # noqa: PT011 - any refusal but the stale read's
         game.press_deal("T1", "bob", FRONTEND)
     assert interrupted == [True]

@@ -111,7 +111,6 @@ class Plan:
         self.guards: dict[str, int] = {}
         self.new_shoe: NewShoe | None = None
         self.trust_cached_limits = False
-        self.used_cached_limit = False
 
     def run(self, command: Command, now: datetime) -> list[TableEvent]:
         """Decide a table command on the scratch table and follow its money into wallets."""

@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Protocol
 
 from domain.cards import Card
-from domain.errors import BetAbovePlayerLimit
+from domain.errors import DomainError
 from domain.outcome import Spot
 from domain.round import (
     CardDrawn,
@@ -57,7 +57,7 @@ from events.snapshots import SnapshotStore
 from events.store import AppendResult, EventStore, StreamAppend
 from service.application.actor import Actor
 from service.application.appends import DEFAULT_ATTEMPTS, Prepared, Receipt, run_command
-from service.application.errors import RoundNotFound, TableNotFound
+from service.application.errors import RoundNotFound, ServiceError, TableNotFound
 from service.application.game.plan import NewShoe, NothingDue, Plan, ShoeCards
 from service.application.game.views import LiveState, live_state
 from service.application.players import LimitCache
@@ -276,7 +276,11 @@ class GameService:
 
     # The machinery.
 
-    def _load(self, table_id: str) -> tuple[int, Table]:
+    def _load(self, table_id: str, *, trust_cache: bool = False) -> tuple[int, Table]:
+        if trust_cache:
+            cached = self._tables.cached(table_stream(table_id))
+            if cached is not None and cached[1] is not None:
+                return cached[0], cached[1]
         version, table = self._tables.table(self._store, table_id)
         if table is None:
             raise TableNotFound(table_id)
@@ -288,35 +292,42 @@ class GameService:
         new_shoe: list[NewShoe | None] = [None]
         attempted = [False]
 
-        def plan_command(trust_cached_limits: bool) -> Plan:
+        def plan_command(trust_cache: bool) -> Plan:
             now = self._clock()
-            version, table = self._load(table_id)
+            version, table = self._load(table_id, trust_cache=trust_cache)
             if self._overdue(table, now):
                 # The deadline is enforced here too, so a dead worker cannot stall a table; it
                 # is the table's own append, not the caller's, and carries no idempotency key.
                 self._catch_up(table_id)
                 version, table = self._load(table_id)
-            plan = Plan(table_id, version, table, self._wallet)
-            plan.trust_cached_limits = trust_cached_limits
+            wallet = self._cached_wallet if trust_cache else self._wallet
+            plan = Plan(table_id, version, table, wallet)
+            plan.trust_cached_limits = trust_cache
             plan.new_shoe = new_shoe[0]
             try:
                 act(plan, now)
-            except BetAbovePlayerLimit:
-                if not plan.used_cached_limit:
+            except (DomainError, ServiceError):
+                if not trust_cache:
                     raise
-                # The cached limit may be one the player has since raised or removed: a
-                # refusal is only ever decided on a limit read from the log.
-                return plan_command(trust_cached_limits=False)
+                # The cached table, wallet or limit may be one another process has since moved
+                # on (a round opened, a deposit, a limit raised): a refusal is only ever
+                # decided on state read from the log.
+                return plan_command(trust_cache=False)
             self._advance(plan, now)
             new_shoe[0] = plan.new_shoe
             return plan
 
         def prepare() -> Prepared:
-            # Only the first attempt trusts cached limits: a retry follows a conflict, and the
-            # conflict may have been a cached limit's guard.
-            plan = plan_command(trust_cached_limits=not attempted[0])
+            # The first attempt decides on this process's cached table, wallets and limits
+            # without reading them: every one of them is in the append at the version cached,
+            # so a stale one makes the append conflict, and the retry reads them all. A
+            # fresh cache (the table's last command ran in this process) makes the command
+            # one call to the store, the append.
+            trust_cache = not attempted[0]
+            # Set first: a conflict raised while planning (a stale read) must not leave the
+            # retry trusting the same stale cache.
             attempted[0] = True
-            return self._prepared(plan)
+            return self._prepared(plan_command(trust_cache))
 
         return run_command(self._store, actor, prepare, self._attempts)
 
@@ -449,6 +460,11 @@ class GameService:
     def _wallet(self, player_id: str) -> tuple[int, Wallet]:
         return self._wallets.wallet(self._store, player_id)
 
+    def _cached_wallet(self, player_id: str) -> tuple[int, Wallet]:
+        # Only for a plan whose append names the version: a stale wallet is refused there.
+        cached = self._wallets.cached(wallet_stream(player_id))
+        return cached if cached is not None else self._wallet(player_id)
+
     def _player_limit(self, plan: Plan, player_id: str) -> int | None:
         stream = player_stream(player_id)
         # A limit changes at most once a week, so the cached one is nearly always current and
@@ -457,7 +473,6 @@ class GameService:
         cached = self._limits.cached(stream) if plan.trust_cached_limits else None
         if cached is not None:
             version, limit = cached
-            plan.used_cached_limit = True
         else:
             version, limit = self._limits.limit(self._store, player_id)
         plan.guard(stream, version)

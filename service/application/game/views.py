@@ -53,7 +53,7 @@ class LiveState:
     phase: str
     round_id: str | None
     round_number: int | None
-    deadline: datetime | None
+    window_closes_at: datetime | None
     seats: tuple[SeatView, ...]
     shoe_id: str | None
     server_seed_hash: str | None
@@ -115,7 +115,7 @@ def live_state(version: int, table: Table, *, closing: bool = False) -> LiveStat
         phase=phase,
         round_id=current.round_id if current is not None else None,
         round_number=current.number if current is not None else None,
-        deadline=current.deadline if current is not None and not current.is_over else None,
+        window_closes_at=current.deadline if current is not None and not current.is_over else None,
         seats=tuple(seats),
         shoe_id=shoe.shoe_id if shoe is not None else None,
         server_seed_hash=shoe.commitment if shoe is not None else None,

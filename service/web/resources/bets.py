@@ -3,24 +3,31 @@
 Each command is one append: the bet with its stake reserved from the wallet, or, when the
 command is the last a round waits for, everything the deal brings with it. The answer says
 which round the action went into and, when it dealt the coup, the cards and settlements.
+With an Idempotency-Key the append also stores the answer (service/web/idempotency.py,
+`answer_command`), so a keyed bet is one call to the database.
 """
 
 from typing import Any
 
 import marshmallow as ma
+from flask import Response
 from flask.views import MethodView
 
 from domain.outcome import Spot
 from service.application.keys import Role
-from service.web.api import Blueprint, actor, container
+from service.web.api import Blueprint, container
 from service.web.auth import roles
 from service.web.fields import (
     PLAYER_ID_PARAMETER,
     TABLE_ID_PARAMETER,
     pence_field,
 )
+from service.web.idempotency import answer_command, answered_in_append
 from service.web.operators import player_field
 from service.web.table_actions import TableAction, TableActionSchema, table_action
+
+# The answer's schema, also used to build an answer before the append stores it.
+_ACTION = TableActionSchema()
 
 blp = Blueprint(
     "bets", __name__, url_prefix="/tables", description="Betting: bets, rebet, Deal and Pass."
@@ -45,16 +52,22 @@ class NewBetSchema(ma.Schema):
 class Bets(MethodView):
     """The bets on a table's layout."""
 
+    @answered_in_append
     @roles(Role.FRONTEND)
-    @blp.arguments(NewBetSchema)
+    # Instances, not classes: given a class, webargs builds a schema on every request.
+    @blp.arguments(NewBetSchema())
     @blp.response(201, TableActionSchema)
-    def post(self, bet: dict[str, Any], table_id: str) -> TableAction:
+    def post(self, bet: dict[str, Any], table_id: str) -> TableAction | Response:
         """Place a bet; at an idle table the first bet opens the round and its window."""
         player_id = bet["player_id"]
-        receipt = container().games.place_bet(
-            table_id, player_id, bet["spot"], bet["stake_pence"], actor()
+        return answer_command(
+            201,
+            _ACTION,
+            lambda caller: container().games.place_bet(
+                table_id, player_id, bet["spot"], bet["stake_pence"], caller
+            ),
+            lambda outcome: table_action(table_id, player_id, outcome),
         )
-        return table_action(table_id, player_id, receipt)
 
 
 @blp.route(
@@ -63,51 +76,71 @@ class Bets(MethodView):
 class PlayerBets(MethodView):
     """One player's bets in the current round."""
 
+    @answered_in_append
     @roles(Role.FRONTEND)
     @blp.response(200, TableActionSchema)
-    def delete(self, table_id: str, player_id: str) -> TableAction:
+    def delete(self, table_id: str, player_id: str) -> TableAction | Response:
         """Take all of one's bets back before pressing Deal or Pass."""
-        receipt = container().games.remove_bets(table_id, player_id, actor())
-        return table_action(table_id, player_id, receipt)
+        return answer_command(
+            200,
+            _ACTION,
+            lambda caller: container().games.remove_bets(table_id, player_id, caller),
+            lambda outcome: table_action(table_id, player_id, outcome),
+        )
 
 
 @blp.route("/<id:table_id>/rebet", parameters=[TABLE_ID_PARAMETER])
 class Rebet(MethodView):
     """Repeating one's bets of the last round."""
 
+    @answered_in_append
     @roles(Role.FRONTEND)
-    @blp.arguments(PlayerSchema)
+    @blp.arguments(PlayerSchema())
     @blp.response(201, TableActionSchema)
-    def post(self, acting: dict[str, Any], table_id: str) -> TableAction:
+    def post(self, acting: dict[str, Any], table_id: str) -> TableAction | Response:
         """Repeat one's bets of the last round played at this seat."""
         player_id = acting["player_id"]
-        receipt = container().games.rebet(table_id, player_id, actor())
-        return table_action(table_id, player_id, receipt)
+        return answer_command(
+            201,
+            _ACTION,
+            lambda caller: container().games.rebet(table_id, player_id, caller),
+            lambda outcome: table_action(table_id, player_id, outcome),
+        )
 
 
 @blp.route("/<id:table_id>/deal", parameters=[TABLE_ID_PARAMETER])
 class Deal(MethodView):
     """Pressing Deal."""
 
+    @answered_in_append
     @roles(Role.FRONTEND)
-    @blp.arguments(PlayerSchema)
+    @blp.arguments(PlayerSchema())
     @blp.response(200, TableActionSchema)
-    def post(self, acting: dict[str, Any], table_id: str) -> TableAction:
+    def post(self, acting: dict[str, Any], table_id: str) -> TableAction | Response:
         """Confirm one's bets; the last participant to act brings the deal and settlement."""
         player_id = acting["player_id"]
-        receipt = container().games.press_deal(table_id, player_id, actor())
-        return table_action(table_id, player_id, receipt)
+        return answer_command(
+            200,
+            _ACTION,
+            lambda caller: container().games.press_deal(table_id, player_id, caller),
+            lambda outcome: table_action(table_id, player_id, outcome),
+        )
 
 
 @blp.route("/<id:table_id>/pass", parameters=[TABLE_ID_PARAMETER])
 class Pass(MethodView):
     """Pressing Pass."""
 
+    @answered_in_append
     @roles(Role.FRONTEND)
-    @blp.arguments(PlayerSchema)
+    @blp.arguments(PlayerSchema())
     @blp.response(200, TableActionSchema)
-    def post(self, acting: dict[str, Any], table_id: str) -> TableAction:
+    def post(self, acting: dict[str, Any], table_id: str) -> TableAction | Response:
         """Sit this coup out; one's bets come back, and the last to act brings the deal."""
         player_id = acting["player_id"]
-        receipt = container().games.pass_turn(table_id, player_id, actor())
-        return table_action(table_id, player_id, receipt)
+        return answer_command(
+            200,
+            _ACTION,
+            lambda caller: container().games.pass_turn(table_id, player_id, caller),
+            lambda outcome: table_action(table_id, player_id, outcome),
+        )

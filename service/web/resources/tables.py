@@ -169,8 +169,13 @@ class LiveStateSchema(ma.Schema):
     )
     round_id = ma.fields.String(allow_none=True, required=True)
     round_number = ma.fields.Integer(allow_none=True, required=True)
-    deadline = ma.fields.DateTime(
-        allow_none=True, required=True, metadata={"description": "When the window closes."}
+    window_closes_at = ma.fields.DateTime(
+        allow_none=True,
+        required=True,
+        metadata={
+            "description": "When the round's betting window closes (to the microsecond): the"
+            " same name in a bet's answer and in the feed's RoundOpened."
+        },
     )
     seats = ma.fields.List(ma.fields.Nested(LiveSeatSchema), required=True)
     shoe = ma.fields.Nested(LiveShoeSchema, allow_none=True, required=True)
@@ -187,7 +192,7 @@ def live_state(state: LiveState) -> dict[str, Any]:
         "phase": state.phase,
         "round_id": state.round_id,
         "round_number": state.round_number,
-        "deadline": state.deadline,
+        "window_closes_at": state.window_closes_at,
         "seats": [
             {
                 "seat": seat.number,

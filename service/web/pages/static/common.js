@@ -34,7 +34,7 @@ export function element(tag, text, attributes = {}) {
   return node;
 }
 
-export function secondsLeft(deadline) {
-  if (!deadline) return null;
-  return Math.max(0, Math.ceil((Date.parse(deadline) - Date.now()) / 1000));
+export function secondsLeft(windowClosesAt) {
+  if (!windowClosesAt) return null;
+  return Math.max(0, Math.ceil((Date.parse(windowClosesAt) - Date.now()) / 1000));
 }

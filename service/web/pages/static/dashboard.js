@@ -7,7 +7,7 @@ const root = document.getElementById("dashboard");
 const readOnly = root.dataset.role !== "ops";
 const $ = (id) => document.getElementById(id);
 const latest = new Map(); // table id -> the latest coup seen on the feed
-const deadlines = new Map();
+const windowsCloseAt = new Map();
 let pending = null;
 
 function percent(value) {
@@ -46,7 +46,7 @@ function drawTable(table) {
   section.appendChild(element("h2", `Table ${table.table_id}`));
   const figures = element("dl", undefined, { class: "figures" });
   const players = state.seats.filter((s) => s.player_id).map((s) => `${s.seat}: ${s.player_id}`).join(", ") || "none";
-  deadlines.set(table.table_id, state.phase === "betting" ? state.deadline : null);
+  windowsCloseAt.set(table.table_id, state.phase === "betting" ? state.window_closes_at : null);
   const coup = latest.get(table.table_id);
   for (const [term, value, id] of [
     ["Phase", state.phase, "phase"],
@@ -157,9 +157,9 @@ function follow() {
 }
 
 setInterval(() => {
-  for (const [tableId, deadline] of deadlines) {
+  for (const [tableId, closesAt] of windowsCloseAt) {
     const cell = document.querySelector(`#table-${CSS.escape(tableId)} [data-field="window"]`);
-    const left = secondsLeft(deadline);
+    const left = secondsLeft(closesAt);
     if (cell) cell.textContent = left === null ? "closed" : `${left} s left`;
   }
 }, 250);

@@ -16,7 +16,7 @@ const view = {
   table: null,
   state: null,
   planned: 0,
-  deadline: null,
+  windowClosesAt: null,
   cards: { player: [], banker: [] },
   queue: [],
   dealing: false,
@@ -77,7 +77,7 @@ async function refreshState() {
     return;
   }
   view.state = answer.body;
-  view.deadline = view.state.phase === "betting" ? view.state.deadline : null;
+  view.windowClosesAt = view.state.phase === "betting" ? view.state.window_closes_at : null;
   if (view.state.round_id !== view.roundId && view.state.cards.length === 0) {
     view.roundId = view.state.round_id;
   }
@@ -273,7 +273,7 @@ function follow() {
     refreshMeSoon();
   };
   on("RoundOpened", (event) => {
-    view.deadline = event.window_closes_at ?? event.payload.deadline;
+    view.windowClosesAt = event.window_closes_at;
     refreshState();
   });
   on("PlayerSat", (event) => {
@@ -320,7 +320,7 @@ function follow() {
 }
 
 function tick() {
-  const left = secondsLeft(view.deadline);
+  const left = secondsLeft(view.windowClosesAt);
   $("countdown").textContent = left === null ? "" : `${left} s left to bet`;
   $("countdown").dataset.seconds = left ?? "";
 }

@@ -1,0 +1,48 @@
+"""bench/load.py's quick mode runs end to end against a real `shoebox run`: the load test of
+issue 14 stays runnable, and its figures come from where they say they do."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_the_load_benchmark_runs_in_quick_mode(postgres_server_url: str, tmp_path: Path) -> None:
+    figures = tmp_path / "load.json"
+    environment = {**os.environ, "DATABASE_URL": postgres_server_url, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run(
+        [sys.executable, "bench/load.py", "--quick", "--json", str(figures)],
+        cwd=ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+    assert result.returncode == 0, result.stderr[-3000:]
+    levels = json.loads(figures.read_text())
+    # Both levels ran (the quick mode never stops early), in order, with traffic and rounds.
+    assert [level["tables"] for level in levels] == [1, 2]
+    for level in levels:
+        assert level["bets"] > 0
+        assert level["rounds"] > 0
+        assert level["appends_per_second"] > 0
+        # The yardsticks are measured in the same run, just before each level.
+        assert level["ping_per_second"] > 0
+        assert level["commits_per_second"] > 0
+        assert level["bet_p50_ms"] <= level["bet_p99_ms"] <= level["bet_max_ms"]
+        # Windows ran to their deadlines, their closing was found in the log, and the
+        # worker's timer closed them (a bet slowed past a deadline may close one itself).
+        assert level["windows"] > 0
+        assert level["closed_by"]["worker timer"] > 0
+        assert level["late_p50_ms"] >= 0  # never before the deadline
+        assert level["lag_events"] >= 0
+    assert "| tables | ping/s | locked commits/s | rounds/s | bets/s |" in result.stdout
+    assert "1 tables: " in result.stdout
