@@ -17,7 +17,7 @@ from service.application.read_models.queries import _STREAM_AFTER
 from service.regulator.log_index import _MONEY_BOUND, _SHOE_EVENTS, _TABLE_BOUNDS
 
 # What would make a parallel plan look free: without events' parallel_workers = 0
-# (migrations/0011) the planner takes a Gather for a stream read on a table of any size.
+# (migrations/0012) the planner takes a Gather for a stream read on a table of any size.
 _PARALLEL_IS_FREE = (
     "SET parallel_setup_cost = 0",
     "SET parallel_tuple_cost = 0",
