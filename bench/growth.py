@@ -4,18 +4,25 @@ History is built fast, not played over HTTP: one busy table deals coup after cou
 domain's own `decide` and `evolve` (bench/verify.py's Simulation: three seated players bet and
 press Deal, the wallets' stakes and payouts beside them, a chat message every few coups), and
 each coup is one append through the real `PostgresEventStore`, as the service would make it.
-A hundred other tables stand idle. The read models are caught up before anything is measured.
+A hundred other tables stand idle. The read models are caught up before anything is measured,
+and the table's and wallets' snapshots are taken as the service takes them (every
+SNAPSHOT_EVERY events of a stream, after the append that reaches it), so a cold load finds
+what it would find in production.
 
 At each size the database is copied (CREATE DATABASE ... TEMPLATE) and the operations are
 measured on the copy, through the real Flask app over PostgreSQL (its test client, so the
 figure is the request's own cost, not a socket's), so the history that grows is never touched
-by the requests. Each figure is a median of repeats; the table printed at the end gives each
-operation's median at every size and its 100x/1x ratio (goal: at most 1.25, except the
-whole-history export, which must stay linear in its output with flat memory: it runs in a
-process of its own so its peak RSS can be read).
+by the requests. The copies are kept to the end and measured in turn, one repeat of every
+operation at each size, the order rotated each repeat, so that the shared machine's bursts of
+load fall on every size alike. Each figure is a median of repeats; the table printed at the
+end gives each operation's median at every size and its 100x/1x ratio (goal: at most 1.25,
+except the whole-history export, which must stay linear in its output with flat memory: it
+runs in a process of its own so its peak RSS can be read). GET /v1/ping, which reads nothing, is
+measured beside them: its ratio is the run's noise.
 
-Run: PYTHONPATH=. .venv/bin/python -m bench.growth            # 200, 2,000, 20,000 coups
-     PYTHONPATH=. .venv/bin/python -m bench.growth --quick    # 75, 225, 750: a smoke test
+Run: PYTHONPATH=. .venv/bin/python -m bench.growth               # 200, 2,000, 20,000 coups
+     PYTHONPATH=. .venv/bin/python -m bench.growth --repeats 15  # docs/benchmarks.md's run
+     PYTHONPATH=. .venv/bin/python -m bench.growth --quick       # 20, 60, 200: a smoke test
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -43,13 +51,23 @@ from domain.chat import PostMessage, decide_post
 from domain.shoe import ServerSeed
 from domain.table import CreateTable, OpenShoe, RetireShoe, RevealShoe, TableEvent, decide
 from events.migrations import apply_migrations
-from events.postgres import PostgresEventStore, app_conninfo, open_pool
+from events.postgres import Pool, PostgresEventStore, app_conninfo, open_pool
+from events.snapshots import PostgresSnapshotStore
 from events.store import EventMetadata, StreamAppend
+from service.application.game.open_rounds import PostgresOpenRounds
 from service.application.game.recovery import recover
 from service.application.game.tables import GameService
 from service.application.keys import Role, create_key
 from service.application.read_models import projector
-from service.application.streams import chat_stream, table_stream, to_new_event
+from service.application.streams import (
+    TableCache,
+    chat_stream,
+    id_of,
+    table_stream,
+    to_new_event,
+)
+from service.application.upcasters import upcasters
+from service.application.wallets import WalletCache
 from service.regulator.export import build_export
 from service.regulator.log_index import PostgresLogIndex
 from service.runtime.settings import Settings
@@ -149,17 +167,37 @@ def _create(table_id: str, now: datetime) -> list[TableEvent]:
     return list(decide(None, CreateTable(table_id), now))
 
 
+class Snapshots:
+    """The busy table's and its players' snapshots, taken as the service's caches take them."""
+
+    def __init__(self, snapshots: PostgresSnapshotStore) -> None:
+        self.tables = TableCache(snapshots=snapshots)
+        self.wallets = WalletCache(snapshots=snapshots)
+
+    def after(self, growth: Growth, streams: list[StreamAppend]) -> None:
+        """What the service does once an append is recorded: `put` each stream's new state."""
+        for append in streams:
+            if append.stream_id == table_stream(BUSY):
+                self.tables.put(append.stream_id, growth.table_version, growth.table)
+            elif append.stream_id.startswith("wallet:"):
+                version, wallet = growth.wallets[id_of(append.stream_id)]
+                self.wallets.put(append.stream_id, version, wallet)
+
+
 def append_all(
     store: PostgresEventStore,
     clock: Clock,
     growth: Growth,
     appends: Iterator[tuple[list[StreamAppend], EventMetadata]],
+    snapshots: Snapshots | None = None,
 ) -> int:
     """Append each through the store, stamped with the simulation's time; the events written."""
     written = 0
     for streams, metadata in appends:
         clock.now = growth.clock
         store.append(streams, metadata)
+        if snapshots is not None:
+            snapshots.after(growth, streams)
         written += sum(len(s.events) for s in streams)
     return written
 
@@ -203,27 +241,42 @@ def timed(run: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
-def measure(
-    figures: Figures,
-    size: str,
-    database: str,
-    growth: Growth,
-    keys: dict[Role, str],
-    repeats: int,
-) -> None:
-    """Every operation at one size, on a database the measurements may write to."""
+@dataclass
+class Size:
+    """One size's copy of the history, measured in turn with the others."""
+
+    label: str
+    copy: str
+    database: str
+    # The simulation as the copy holds it, dealing on as the projector's coups are appended.
+    twin: Growth
+    # The shoe looked up and exported: the last complete one when the copy was taken.
+    shoe: tuple[str, datetime, datetime]
+    coups: int
+    end: datetime
+
+
+def measure_projector(figures: Figures, size: Size, pool: Pool) -> None:
+    """The projector catching up on one new coup of the busy table, appended as it deals on.
+
+    Before any request at this size: the simulation's next coup names the versions it dealt
+    from, which a request's bet would have moved on. The pool is the size's own, kept open
+    from turn to turn as a running projector's is: new connections' first queries (catalog
+    lookups, plans) cost the same at every size and would only dilute the ratio.
+    """
+    clock = Clock(size.twin.clock)
+    store = PostgresEventStore(pool, clock)
+    append_all(store, clock, size.twin, size.twin.deal(1))
+    figures.add("projector: catch up one coup", size.label, timed(lambda: projector.catch_up(pool)))
+
+
+def measure(figures: Figures, size: Size, keys: dict[Role, str], repeats: int) -> None:
+    """Every request and the export at one size, on a database they may write to."""
+    database, label = size.database, size.label
     conninfo = app_conninfo(database, environ={})
     with open_pool(conninfo, max_size=6) as pool:
-        clock = Clock(growth.clock)
-        store = PostgresEventStore(pool, clock)
-        # The projector catching up on one new coup (on a copy of the simulation).
-        twin = copy.deepcopy(growth)
-        for _ in range(repeats):
-            append_all(store, clock, twin, twin.deal(1))
-            figures.add(
-                "projector: catch up one coup", size, timed(lambda: projector.catch_up(pool))
-            )
-        player = growth.players[0]
+        store = PostgresEventStore(pool, Clock(size.end))
+        player = size.twin.players[0]
         bet = {"player_id": player, "spot": "banker", "stake_pence": 100}
         bets = f"/v1/tables/{BUSY}/bets"
         # Taking the bet back may find the round gone: when a cold load outlasts the 15 s
@@ -234,20 +287,24 @@ def measure(
             state = Client(database, keys)
             path = f"/v1/tables/{BUSY}/state"
             figures.add(
-                "cold GET /state", size, timed(partial(state.call, "GET", path, Role.FRONTEND))
+                "cold GET /state", label, timed(partial(state.call, "GET", path, Role.FRONTEND))
             )
             state.close()
             cold = Client(database, keys)
             first_bet = partial(cold.call, "POST", bets, Role.FRONTEND, bet)
-            figures.add("cold first bet", size, timed(first_bet))
+            figures.add("cold first bet", label, timed(first_bet))
             cold.call("DELETE", withdraw, Role.FRONTEND, allow=409)
             cold.close()
-            # A recovery sweep as a worker's first: a new service, nothing cached.
-            fresh = PostgresEventStore(pool, _now)
-            games = GameService(fresh, _now)
-            figures.add("recovery sweep", size, timed(partial(recover, fresh, games, _now)))
+            # A recovery sweep as a worker's first: a new service, nothing cached, over the
+            # index of open rounds and the snapshots, as service/runtime/jobs.py wires it.
+            fresh = PostgresEventStore(pool, _now, upcasters())
+            games = GameService(fresh, _now, snapshots=PostgresSnapshotStore(pool, _now))
+            open_rounds = PostgresOpenRounds(pool, upcasters())
+            figures.add(
+                "recovery sweep", label, timed(partial(recover, fresh, games, _now, open_rounds))
+            )
         warm = Client(database, keys)
-        shoe_id = growth.shoe_periods[-1][0]
+        shoe_id, start, end = size.shoe
         reads = {
             "significant events, first page": (
                 "/v1/audit/significant-events?limit=50", Role.REGULATOR,
@@ -262,16 +319,20 @@ def measure(
         warm.call("POST", bets, Role.FRONTEND, bet)
         warm.call("DELETE", withdraw, Role.FRONTEND, allow=409)
         index = PostgresLogIndex(pool)
-        _, start, end = growth.shoe_periods[-1]
+        warm.call("GET", "/v1/ping", Role.FRONTEND)
         for _ in range(repeats):
             figures.add(
-                "warm bet", size, timed(lambda: warm.call("POST", bets, Role.FRONTEND, bet))
+                "GET /v1/ping (noise baseline)", label,
+                timed(partial(warm.call, "GET", "/v1/ping", Role.FRONTEND)),
+            )  # fmt: skip
+            figures.add(
+                "warm bet", label, timed(lambda: warm.call("POST", bets, Role.FRONTEND, bet))
             )
             warm.call("DELETE", withdraw, Role.FRONTEND, allow=409)
             for name, (path, role) in reads.items():
-                figures.add(name, size, timed(partial(warm.call, "GET", path, role)))
+                figures.add(name, label, timed(partial(warm.call, "GET", path, role)))
             figures.add(
-                "export of one shoe", size,
+                "export of one shoe", label,
                 timed(lambda: sum(1 for _ in build_export(store, BUSY, start, end, index))),
             )  # fmt: skip
         warm.close()
@@ -356,20 +417,23 @@ def main(argv: list[str] | None = None) -> int:
         keys: dict[Role, str] = {}
         conninfo = app_conninfo(database, environ={})
         built = 0
+        measured: list[Size] = []
         for size, label in zip(sizes, labels, strict=True):
             with open_pool(conninfo, max_size=4) as pool:
                 clock = Clock(growth.clock)
                 store = PostgresEventStore(pool, clock)
+                # New caches for each size, as a service restarted between them would have.
+                snapshots = Snapshots(PostgresSnapshotStore(pool, clock))
                 building = time.perf_counter()
                 before = events
                 if built == 0:
-                    events += append_all(store, clock, growth, growth.setup())
+                    events += append_all(store, clock, growth, growth.setup(), snapshots)
                     for role in (Role.FRONTEND, Role.REGULATOR, Role.OPS):
                         keys[role] = create_key(store, f"growth {role.value}", role, OPS).secret
-                events += append_all(store, clock, growth, growth.deal(size - built))
+                events += append_all(store, clock, growth, growth.deal(size - built), snapshots)
                 # End on a whole shoe, so the last shoe looked up and exported is complete.
                 while not growth.shoe_periods or growth.shoe is not None:
-                    events += append_all(store, clock, growth, growth.deal(1))
+                    events += append_all(store, clock, growth, growth.deal(1), snapshots)
                 built = growth.coups
                 wrote = time.perf_counter() - building
                 # A rebuild from position 0 is the fast way to bring every model up to date
@@ -388,15 +452,43 @@ def main(argv: list[str] | None = None) -> int:
                 f" rebuilt in {caught:.1f} s",
                 file=sys.stderr,
             )
-            copy = f"{name}_m"
-            copy_database(admin, name, copy)
-            try:
-                measuring = with_dbname(database, copy)
-                measure(figures, label, measuring, growth, keys, repeats)
-                seconds, lines, rss = whole_export(measuring, start, growth.clock)
-                exports.append((label, growth.coups, seconds, lines, rss))
-            finally:
-                drop_database(admin, copy)
+            copy_name = f"{name}_{label}"
+            copy_database(admin, name, copy_name)
+            measured.append(
+                Size(
+                    label, copy_name, with_dbname(database, copy_name), copy.deepcopy(growth),
+                    growth.shoe_periods[-1], growth.coups, growth.clock,
+                )
+            )  # fmt: skip
+        try:
+            # One repeat of every operation at each size in turn, the order rotated each
+            # repeat: a burst of load on the shared machine then falls on every size alike,
+            # where measuring the sizes one after another put it on whichever ran then.
+            turns = [
+                measured[r % len(measured) :] + measured[: r % len(measured)]
+                for r in range(repeats)
+            ]
+            with ExitStack() as stack:
+                pools = {
+                    m.label: stack.enter_context(
+                        open_pool(app_conninfo(m.database, environ={}), max_size=6)
+                    )
+                    for m in measured
+                }
+                for pool_now in pools.values():
+                    projector.catch_up(pool_now)  # nothing to apply: the connections open
+                for turn in turns:
+                    for size_now in turn:
+                        measure_projector(figures, size_now, pools[size_now.label])
+            for turn in turns:
+                for size_now in turn:
+                    measure(figures, size_now, keys, 1)
+            for size_now in measured:
+                seconds, lines, rss = whole_export(size_now.database, start, size_now.end)
+                exports.append((size_now.label, size_now.coups, seconds, lines, rss))
+        finally:
+            for size_now in measured:
+                drop_database(admin, size_now.copy)
     print(f"\nbuilt and measured in {time.perf_counter() - began:.0f} s\n")
     print(render(figures, labels))
     print()

@@ -4,7 +4,13 @@ A snapshot is derived and disposable: the log is the truth, and a snapshot can b
 rebuilt at any time. A reader trusts one only after checking it: of the schema the reader
 folds into (anything else is ignored), at a version the stream has reached, and decodable.
 What the state means is the caller's business; this module stores a JSON document per
-(stream, version, schema) and answers the newest one of a schema.
+(stream, version, schema) and answers the newest one of a schema, or the newest at or before
+a version (a stream's past state, for the regulator's export).
+
+A stream keeps its newest two snapshots, and, when its saver asks for it with `keep_every`,
+the last snapshot of every block of that many versions: a wallet's history has a snapshot at
+most about `keep_every` events before any version, so reading its state at an old version
+folds no more than that, whatever the wallet's age.
 """
 
 from __future__ import annotations
@@ -39,13 +45,34 @@ class SnapshotStore(ABC):
         """The stream's snapshot of this schema with the highest version, or None."""
 
     @abstractmethod
-    def save(self, snapshot: Snapshot, *, replacing: int = 0) -> None:
+    def at_or_before(self, stream_id: str, schema: str, version: int) -> Snapshot | None:
+        """The stream's snapshot of this schema with the highest version up to `version`."""
+
+    @abstractmethod
+    def save(
+        self, snapshot: Snapshot, *, replacing: int = 0, keep_every: int | None = None
+    ) -> None:
         """Keep a snapshot (a twin at the same version is left as it is).
 
         Snapshots of the stream below `replacing` (the version of the one this supersedes) are
         dropped: the newest two are kept, so a reader that just found the previous one still
-        finds a snapshot.
+        finds a snapshot. With `keep_every`, only those in the same block of `keep_every`
+        versions as `replacing` are dropped, so the last of each earlier block stays.
         """
+
+
+def _dropped(version: int, replacing: int, keep_every: int | None) -> bool:
+    """Whether saving a snapshot that supersedes the one at `replacing` drops this one."""
+    if version >= replacing:
+        return False
+    return keep_every is None or version // keep_every == replacing // keep_every
+
+
+def _check(snapshot: Snapshot, keep_every: int | None) -> None:
+    if snapshot.version < 1:
+        raise ValueError("a snapshot follows at least one event")
+    if keep_every is not None and keep_every < 1:
+        raise ValueError("keep_every must be at least 1")
 
 
 class InMemorySnapshotStore(SnapshotStore):
@@ -61,26 +88,45 @@ class InMemorySnapshotStore(SnapshotStore):
             found = [s for s in self._streams.get(stream_id, {}).values() if s.schema == schema]
         return max(found, key=lambda s: s.version, default=None)
 
-    def save(self, snapshot: Snapshot, *, replacing: int = 0) -> None:
-        """Keep a snapshot; drop the stream's snapshots below `replacing`."""
-        if snapshot.version < 1:
-            raise ValueError("a snapshot follows at least one event")
+    def at_or_before(self, stream_id: str, schema: str, version: int) -> Snapshot | None:
+        """The stream's snapshot of this schema with the highest version up to `version`."""
+        with self._lock:
+            found = [
+                s
+                for s in self._streams.get(stream_id, {}).values()
+                if s.schema == schema and s.version <= version
+            ]
+        return max(found, key=lambda s: s.version, default=None)
+
+    def save(
+        self, snapshot: Snapshot, *, replacing: int = 0, keep_every: int | None = None
+    ) -> None:
+        """Keep a snapshot; drop the stream's snapshots below `replacing` (see SnapshotStore)."""
+        _check(snapshot, keep_every)
         with self._lock:
             kept = self._streams.setdefault(snapshot.stream_id, {})
             kept.setdefault(snapshot.version, snapshot)
-            for version in [v for v in kept if v < replacing]:
+            for version in [v for v in kept if _dropped(v, replacing, keep_every)]:
                 del kept[version]
 
 
 # Through the primary key (stream_id, version), backwards: the newest snapshot first, whatever
-# the stream's age. Snapshots of another schema are stepped over; there are at most a couple.
+# the stream's age. Snapshots of another schema are stepped over: a few, but for the kept
+# blocks of an older schema, which only a past read (`at_or_before`) walks down to.
 _LATEST: Final = """
 SELECT version, state::text FROM snapshots
 WHERE stream_id = %s AND schema = %s
 ORDER BY version DESC LIMIT 1
 """
-# One statement: the new snapshot, and the ones it makes redundant gone. A twin that took the
-# same snapshot first wins (ON CONFLICT), which is harmless: both folded the same events.
+# The same backwards walk from `version` down: a stream's state in the past.
+_AT_OR_BEFORE: Final = """
+SELECT version, state::text FROM snapshots
+WHERE stream_id = %s AND schema = %s AND version <= %s
+ORDER BY version DESC LIMIT 1
+"""
+# One statement: the new snapshot, and the ones it makes redundant gone (with a block size,
+# only those of the replaced one's block: see SnapshotStore.save). A twin that took the same
+# snapshot first wins (ON CONFLICT), which is harmless: both folded the same events.
 _SAVE: Final = """
 WITH saved AS (
     INSERT INTO snapshots (stream_id, version, schema, state, taken_at)
@@ -88,6 +134,9 @@ WITH saved AS (
     ON CONFLICT (stream_id, version) DO NOTHING
 )
 DELETE FROM snapshots WHERE stream_id = %(stream_id)s AND version < %(replacing)s
+  AND (%(keep_every)s::integer IS NULL
+       OR div(version, %(keep_every)s::integer)
+          = div(%(replacing)s::integer, %(keep_every)s::integer))
 """
 
 
@@ -100,10 +149,19 @@ class PostgresSnapshotStore(SnapshotStore):
 
     def latest(self, stream_id: str, schema: str) -> Snapshot | None:
         """The stream's snapshot of this schema with the highest version, or None."""
+        return self._one(stream_id, schema, _LATEST, [stream_id, schema])
+
+    def at_or_before(self, stream_id: str, schema: str, version: int) -> Snapshot | None:
+        """The stream's snapshot of this schema with the highest version up to `version`."""
+        return self._one(stream_id, schema, _AT_OR_BEFORE, [stream_id, schema, version])
+
+    def _one(
+        self, stream_id: str, schema: str, query: str, params: list[object]
+    ) -> Snapshot | None:
         with self._pool.connection() as conn:
             conn.autocommit = True
             try:
-                row = conn.execute(_LATEST, [stream_id, schema]).fetchone()
+                row = conn.execute(query, params).fetchone()
             finally:
                 conn.autocommit = False
         if row is None:
@@ -111,10 +169,11 @@ class PostgresSnapshotStore(SnapshotStore):
         version, state = row
         return Snapshot(stream_id, int(version), schema, orjson.loads(state))
 
-    def save(self, snapshot: Snapshot, *, replacing: int = 0) -> None:
-        """Keep a snapshot; drop the stream's snapshots below `replacing`."""
-        if snapshot.version < 1:
-            raise ValueError("a snapshot follows at least one event")
+    def save(
+        self, snapshot: Snapshot, *, replacing: int = 0, keep_every: int | None = None
+    ) -> None:
+        """Keep a snapshot; drop the stream's snapshots below `replacing` (see SnapshotStore)."""
+        _check(snapshot, keep_every)
         taken_at: datetime = to_utc(self._clock())
         with self._pool.connection() as conn:
             conn.execute(
@@ -126,5 +185,6 @@ class PostgresSnapshotStore(SnapshotStore):
                     "state": orjson.dumps(snapshot.state).decode(),
                     "taken_at": taken_at,
                     "replacing": replacing,
+                    "keep_every": keep_every,
                 },
             )

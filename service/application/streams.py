@@ -144,7 +144,8 @@ class StreamCache(Generic[S]):
 
     With a snapshot store, a stream that is not cached starts from its newest snapshot of the
     codec's schema and folds only the events after it; `put`, which the services call once an
-    append is recorded, takes a new snapshot every SNAPSHOT_EVERY events. A snapshot is used
+    append is recorded, takes a new snapshot every SNAPSHOT_EVERY events, and keeps the last
+    of every `keep_every` versions if that is given (SnapshotStore.save). A snapshot is used
     only if it decodes and the stream has reached its version; anything else is ignored and the
     stream replayed from the start.
     """
@@ -158,6 +159,7 @@ class StreamCache(Generic[S]):
         snapshots: SnapshotStore | None = None,
         codec: SnapshotCodec[S] | None = None,
         snapshot_every: int = SNAPSHOT_EVERY,
+        keep_every: int | None = None,
     ) -> None:
         if (snapshots is None) != (codec is None):
             raise ValueError("snapshots need a codec, and a codec needs snapshots")
@@ -169,6 +171,7 @@ class StreamCache(Generic[S]):
         self._snapshots = snapshots
         self._codec = codec
         self._snapshot_every = snapshot_every
+        self._keep_every = keep_every
         self._lock = threading.Lock()
         self._entries: OrderedDict[str, tuple[int, S]] = OrderedDict()
         # The version of each cached stream's newest snapshot that this process knows of.
@@ -266,6 +269,7 @@ class StreamCache(Generic[S]):
             self._snapshots.save(
                 Snapshot(stream_id, version, self._codec.schema, self._codec.encode(state)),
                 replacing=taken,
+                keep_every=self._keep_every,
             )
         except Exception:
             log.exception("could not snapshot %s at version %d", stream_id, version)

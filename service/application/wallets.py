@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
+from typing import Final
 
 from domain.wallet import (
     WALLET_EVENT_TYPES,
@@ -51,6 +52,17 @@ def _fold_wallet(wallet: Wallet, event: DomainEvent) -> Wallet:
     return evolve_wallet(wallet, event)
 
 
+WALLET_KEEP_EVERY: Final = 2 * SNAPSHOT_EVERY
+"""A wallet keeps a snapshot in every block of this many versions, besides its newest two.
+
+The regulator's export states each wallet as it stood before the slice's first event of it
+(service/regulator/export.py): it starts from the kept snapshot at or before that version, so
+it folds at most about this many of the wallet's older events, however long the player has
+played. A wallet snapshot is about 200 bytes: one for every 200 wallet events is nothing
+beside the events themselves.
+"""
+
+
 @cache
 def wallet_codec() -> SnapshotCodec[Wallet]:
     """The codec of wallet snapshots (built once: its schema reads the domain's source)."""
@@ -66,6 +78,7 @@ class WalletCache(StreamCache[Wallet]):
         *,
         snapshots: SnapshotStore | None = None,
         snapshot_every: int = SNAPSHOT_EVERY,
+        keep_every: int | None = WALLET_KEEP_EVERY,
     ) -> None:
         super().__init__(
             lambda stream_id: Wallet(id_of(stream_id)),
@@ -74,6 +87,7 @@ class WalletCache(StreamCache[Wallet]):
             snapshots=snapshots,
             codec=wallet_codec() if snapshots is not None else None,
             snapshot_every=snapshot_every,
+            keep_every=keep_every,
         )
 
     def wallet(self, store: EventStore, player_id: str) -> tuple[int, Wallet]:

@@ -12,7 +12,6 @@ import click
 
 from events.migrations import apply_migrations
 from events.postgres import Pool, PostgresEventStore, app_conninfo, open_pool
-from events.projections import runner
 from events.snapshots import PostgresSnapshotStore
 from events.store import utc_now
 from service.application.game.open_rounds import OpenRoundsProjection, PostgresOpenRounds
@@ -85,11 +84,13 @@ def projector(poll_interval: float, sweep_interval: float, names: tuple[str, ...
     # A connection per subscription and one for its listener's fallback queries, and two for
     # the sweeper (its look at the index, and the window it closes).
     with _pool(max_size=len(chosen) + 5) as pool:
+        # The sweeper reads the index of open rounds, so it is followed whatever is chosen.
+        followed = (*chosen, OpenRoundsProjection.name)
         following = read_models.subscriptions(
-            pool, chosen, poll_interval=poll_interval, after_apply=projection_batch_hook()
-        )
-        following += runner.subscriptions(
-            pool, [OpenRoundsProjection], poll_interval=poll_interval, upcasters=upcasters()
+            pool,
+            dict.fromkeys(followed),
+            poll_interval=poll_interval,
+            after_apply=projection_batch_hook(),
         )
         running = read_models.Projector(following)
         sweeper = window_sweeper(
@@ -98,7 +99,7 @@ def projector(poll_interval: float, sweep_interval: float, names: tuple[str, ...
         running.start()
         sweeper.start()
         click.echo(
-            f"projector following the log into {', '.join(chosen)} and open_rounds,"
+            f"projector following the log into {', '.join(dict.fromkeys(followed))},"
             " sweeping lapsed windows",
             err=True,
         )

@@ -80,8 +80,13 @@ class LogIndex(Protocol):
     def shoe_events(self, stream_id: str, shoe_ids: Collection[str]) -> list[RecordedEvent]:
         """The ShoeOpened and ShoeRevealed events of these shoes of one table, as recorded."""
 
-    def stream_batches(self, stream_id: str, to_version: int) -> Iterator[list[RecordedEvent]]:
-        """A stream's events up to `to_version`, upcast, a bounded batch at a time."""
+    def wallet_before(self, stream_id: str, version: int) -> tuple[int, Wallet] | None:
+        """A wallet's state at a version at or before `version`, and that version, if known."""
+
+    def stream_batches(
+        self, stream_id: str, to_version: int, from_version: int = 1
+    ) -> Iterator[list[RecordedEvent]]:
+        """A stream's events from `from_version` to `to_version`, upcast, a batch at a time."""
 
 
 def build_export(
@@ -239,11 +244,17 @@ def _wallet_lines(
     for stream_id, (low, high) in sorted(versions.items()):
         player_id = id_of(stream_id)
         wallet = opening = Wallet(player_id)
-        # In batches through the index when there is one, so a long-lived wallet is never
-        # held in memory whole; it is still replayed from its first event (wallet snapshots
-        # would bound that too).
+        # With the index: from the wallet's kept snapshot at or before the slice (one in every
+        # WALLET_KEEP_EVERY versions), so a player's years of play before it are not
+        # replayed, then in batches, so a long slice is never held in memory whole. Without
+        # a usable snapshot, from the wallet's first event.
+        start = index.wallet_before(stream_id, low - 1) if index is not None and low > 1 else None
+        if start is not None:
+            wallet = opening = start[1]
         found = (
-            itertools.chain.from_iterable(index.stream_batches(stream_id, high))
+            itertools.chain.from_iterable(
+                index.stream_batches(stream_id, high, (start[0] if start else 0) + 1)
+            )
             if index is not None
             else store.read_stream(stream_id)
         )

@@ -42,6 +42,7 @@ from events.canonical import format_timestamp
 from events.store import EventStore, RecordedEvent
 from service.application.read_models.queries import ProjectionService
 from service.application.streams import TABLE, from_recorded_as, id_of, table_stream, wallet_stream
+from service.application.upcasters import upcasters
 from service.regulator.export import event_line, wallet_state
 from service.regulator.verification import Report, verify_shoe_rounds
 
@@ -70,9 +71,17 @@ def _round_table(round_id: str) -> str:
 
 
 def round_replay(store: EventStore, round_id: str) -> dict[str, Any]:
-    """The round's events in order and a re-enactment of them, marked as a replay."""
+    """The round's events in order and a re-enactment of them, marked as a replay.
+
+    Events are read as recorded, which is what the replay's event lines show (the hash covers
+    them), and upcast by the service's registry for everything that interprets them (the
+    steps, seats, settlements and balances), whatever registry the store was given: a round
+    whose wallet was funded by an old-schema Deposited replays like any other.
+    """
     table_id = _round_table(round_id)
-    table_events = store.read_stream(table_stream(table_id), upcast=False)
+    registry = upcasters()
+    as_recorded = store.read_stream(table_stream(table_id), upcast=False)
+    table_events = registry.upcast_all(as_recorded)
     events = [e for e in table_events if e.payload.get("round_id") == round_id]
     if not events:
         raise NotInLogError(f"no round {round_id} in the log")
@@ -92,14 +101,18 @@ def round_replay(store: EventStore, round_id: str) -> dict[str, Any]:
         status = RoundStatus.IN_PROGRESS
     players = _participants(events)
     wallet_events: dict[str, list[RecordedEvent]] = {
-        player: store.read_stream(wallet_stream(player)) for player in players
+        player: store.read_stream(wallet_stream(player), upcast=False) for player in players
     }
     balances = {
-        player: _balances(round_id, events[0].position, recorded)
+        player: _balances(round_id, events[0].position, registry.upcast_all(recorded))
         for player, recorded in wallet_events.items()
     }
+    # The lines as recorded: the round's table events, and its wallets' money.
     related = sorted(
-        [*events, *(e for rs in wallet_events.values() for e in rs if _of_round(e, round_id))],
+        [
+            *(e for e in as_recorded if _of_round(e, round_id)),
+            *(e for rs in wallet_events.values() for e in rs if _of_round(e, round_id)),
+        ],
         key=lambda e: e.position,
     )
     return {

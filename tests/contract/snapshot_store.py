@@ -72,6 +72,37 @@ class SnapshotStoreContract:
         assert snapshots.latest("table:T1", "s1") == snap(300)
         assert snapshots.latest("table:T2", "s1") == snap(50, stream_id="table:T2")
 
+    def test_with_a_block_size_the_last_snapshot_of_each_block_stays(
+        self, make_stores: StoresFactory
+    ) -> None:
+        _, snapshots = make_stores()
+        taken = 0
+        for version in range(30, 1000, 30):  # every 30 versions, blocks of 100
+            snapshots.save(snap(version), replacing=taken, keep_every=100)
+            taken = version
+        kept = [
+            found.version
+            for found in (snapshots.at_or_before("table:T1", "s1", v) for v in range(1, 1000))
+            if found is not None
+        ]
+        # The last of each block, and the newest two.
+        assert sorted(set(kept)) == [90, 180, 270, 390, 480, 570, 690, 780, 870, 960, 990]
+        assert snapshots.latest("table:T1", "s1") == snap(990)
+
+    def test_the_snapshot_at_or_before_a_version_is_of_the_schema_asked(
+        self, make_stores: StoresFactory
+    ) -> None:
+        _, snapshots = make_stores()
+        for version in (100, 200, 300):
+            snapshots.save(snap(version))
+        snapshots.save(snap(250, schema="s0"))
+        assert snapshots.at_or_before("table:T1", "s1", 299) == snap(200)
+        assert snapshots.at_or_before("table:T1", "s1", 300) == snap(300)
+        assert snapshots.at_or_before("table:T1", "s0", 299) == snap(250, schema="s0")
+        assert snapshots.at_or_before("table:T1", "s1", 99) is None
+        with pytest.raises(ValueError, match="keep_every"):
+            snapshots.save(snap(400), keep_every=0)
+
     def test_a_snapshot_needs_an_event_before_it(self, make_stores: StoresFactory) -> None:
         _, snapshots = make_stores()
         with pytest.raises(ValueError, match="at least one event"):

@@ -220,3 +220,23 @@ def test_a_rebuild_beside_a_live_projector_swaps_in_with_the_events_that_came_me
     live = {p.name: _dumps(app_pool, p) for p in read_models.PROJECTIONS}
     read_models.rebuild(app_pool)
     assert {p.name: _dumps(app_pool, p) for p in read_models.PROJECTIONS} == live
+
+
+def test_the_index_of_open_rounds_is_reported_and_rebuilt_like_every_read_model(
+    app_pool: Pool,
+) -> None:
+    play_session(app_pool, rounds=6, seed=3, voids=0)
+    head = PostgresEventStore(app_pool).head()
+
+    behind = {s.name: s for s in read_models.status(app_pool, datetime.now(UTC))}
+    assert behind["open_rounds"].lag_events == head  # nothing has followed the log yet
+
+    read_models.catch_up(app_pool)
+    live = _dumps(app_pool, read_models.projection_class("open_rounds"))
+    assert live["open_rounds"], "the session leaves its table's next round open"
+    caught = {s.name: s for s in read_models.status(app_pool, datetime.now(UTC))}
+    assert caught["open_rounds"].lag_events == 0
+
+    result = read_models.rebuild(app_pool, ["open_rounds"])
+    assert result.names == ("open_rounds",)
+    assert _dumps(app_pool, read_models.projection_class("open_rounds")) == live

@@ -23,6 +23,7 @@ from events.projections.runner import (
 )
 from events.store import Clock, utc_now
 from events.subscription import CatchUpSubscription
+from service.application.game.open_rounds import OpenRoundsProjection
 from service.application.read_models.chat import ChatProjection
 from service.application.read_models.ledger import LedgerProjection
 from service.application.read_models.players import PlayersProjection
@@ -56,8 +57,14 @@ PROJECTIONS: Final[tuple[type[Projection], ...]] = (
     SignificantProjection,
     ShoesProjection,
     ChatProjection,
+    OpenRoundsProjection,
 )
-"""Every read model, in the order a rebuild of all of them applies each batch."""
+"""Every read model, in the order a rebuild of all of them applies each batch.
+
+The index of open rounds is one of them, so that `projections status` and the lag metric
+report it and `projections rebuild` can rebuild it; the projector follows it whatever names
+it is given, because its sweeper reads it.
+"""
 
 NAMES: Final = tuple(p.name for p in PROJECTIONS)
 

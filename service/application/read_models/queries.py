@@ -124,9 +124,11 @@ _STREAM_RANGE = (
     " WHERE stream_id = %s AND version >= %s AND version <= %s ORDER BY version"
 )
 # Through events' primary key from the checkpoint: what a projection has not applied yet.
+# Materialized first, so the planner cannot AND it with events_stream_recorded_at, which
+# would read the whole stream's index.
 _STREAM_AFTER = (
-    "SELECT " + EVENT_COLUMNS + " FROM events"  # noqa: S608 - constants only
-    " WHERE position > %s AND stream_id = %s ORDER BY position"
+    "WITH tail AS MATERIALIZED (SELECT " + EVENT_COLUMNS + " FROM events"  # noqa: S608
+    " WHERE position > %s) SELECT * FROM tail WHERE stream_id = %s ORDER BY position"
 )
 _WATCHED: Final = ("wallets", "ledger", "rounds")
 

@@ -1,0 +1,13 @@
+-- Issue 12: no parallel plans over `events`. Every query the service makes of the log reads a
+-- few rows through an index, but the planner's estimate of a range of one stream's versions
+-- comes from the whole table's statistics: `stream_id = 'wallet:p' AND version >= 40062`
+-- (the events a warm cache has not folded yet: none, usually) was estimated at 27,000 rows on
+-- a log of 490,000 events, and planned as a Gather Merge over two parallel workers. Starting
+-- them cost about 10 ms of a warm bet's 20 (bench/growth.py: warm bet x5 at 100x history),
+-- and the estimate, so the cost, grew with the log. A parallel scan of the log would never be
+-- the right plan for the service anyway: its whole-log reads (rebuilds, exports, chain checks)
+-- walk the primary key in bounded batches.
+--
+-- A storage parameter of the table, not a role's or a database's setting: it is kept by
+-- pg_dump and by CREATE DATABASE ... TEMPLATE, and it touches no other table.
+ALTER TABLE events SET (parallel_workers = 0);
