@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Sequence
 from contextlib import closing
 from dataclasses import dataclass
@@ -64,7 +65,122 @@ class BatchOutcome:
         return self.checkpoint_after > self.checkpoint_before
 
 
-class CatchUpSubscription:
+class LogFollower(ABC):
+    """Catches up with the log, then waits for a NOTIFY (or the poll interval) and again."""
+
+    def __init__(
+        self,
+        pool: Pool,
+        name: str,
+        *,
+        poll_interval: float = 5.0,
+        listen: bool = True,
+        listen_conninfo: str | None = None,
+        gather: float = 0.0,
+    ) -> None:
+        if not name:
+            raise ValueError("a subscription needs a name")
+        if poll_interval <= 0:
+            raise ValueError("poll_interval must be positive")
+        if gather < 0:
+            raise ValueError("gather must not be negative")
+        self.name = name
+        self._pool = pool
+        self._poll_interval = poll_interval
+        self._listen = listen
+        self._listen_conninfo = listen_conninfo
+        self._gather = gather
+
+    @abstractmethod
+    def run_until_caught_up(self) -> int:
+        """Process batches until the log has nothing after the checkpoint; the events handled."""
+
+    def run(self, stop: threading.Event) -> None:
+        """Catch up, then wait for NOTIFY or the poll interval and catch up again, until `stop`.
+
+        A handler's error ends the run (its batch stays unprocessed); a lost connection to
+        the server is logged and retried after the poll interval.
+        """
+        listener: Connection[TupleRow] | None = None
+        try:
+            while not stop.is_set():
+                # LISTEN before catching up, so that an append committed while this catches
+                # up leaves a notification behind rather than falling between the two.
+                if self._listen and listener is None:
+                    listener = self._open_listener()
+                started = time.monotonic()
+                try:
+                    self.run_until_caught_up()
+                except psycopg.OperationalError:
+                    _logger.exception("subscription %s lost the database; retrying", self.name)
+                if listener is None:
+                    stop.wait(self._poll_interval)
+                elif not self._await_notification(listener, stop):
+                    listener.close()
+                    listener = None
+                else:
+                    # Passes start at least `gather` apart: under a stream of appends each
+                    # pass (one commit) takes what arrived meanwhile, while the first event
+                    # after a quiet spell is handled at once.
+                    pause = started + self._gather - time.monotonic()
+                    if pause > 0:
+                        stop.wait(pause)
+        finally:
+            if listener is not None:
+                listener.close()
+
+    def _listener_conninfo(self) -> tuple[str, dict[str, Any]]:
+        if self._listen_conninfo is not None:
+            return self._listen_conninfo, {}
+        conninfo = self._pool.conninfo
+        kwargs = self._pool.kwargs
+        return (
+            conninfo() if callable(conninfo) else conninfo,
+            dict(kwargs() if callable(kwargs) else kwargs or {}),
+        )
+
+    def _open_listener(self) -> Connection[TupleRow] | None:
+        conninfo, kwargs = self._listener_conninfo()
+        try:
+            listener = psycopg.connect(conninfo, **kwargs, autocommit=True)
+        except psycopg.OperationalError:
+            # Polling alone still delivers every event; only latency suffers.
+            _logger.exception("subscription %s cannot LISTEN; polling instead", self.name)
+            return None
+        try:
+            listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(NOTIFY_CHANNEL)))
+        except psycopg.OperationalError:
+            _logger.exception("subscription %s cannot LISTEN; polling instead", self.name)
+            listener.close()
+            return None
+        return listener
+
+    def _await_notification(self, listener: Connection[TupleRow], stop: threading.Event) -> bool:
+        """Wait for a notification, the poll interval or `stop`; False if the listener broke."""
+        deadline = time.monotonic() + self._poll_interval
+        try:
+            while not stop.is_set():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return True
+                timeout = min(remaining, STOP_CHECK_SECONDS)
+                # closing(): the generator holds the connection's lock until it is closed.
+                with closing(listener.notifies(timeout=timeout, stop_after=1)) as notifies:
+                    if next(notifies, None) is not None:
+                        break
+            else:
+                return True
+            # One catch-up answers a burst of appends: drop the notifications already queued.
+            with closing(listener.notifies(timeout=0)) as queued:
+                for _ in queued:
+                    pass
+        except psycopg.OperationalError:
+            _logger.exception("subscription %s lost its LISTEN connection", self.name)
+            return False
+        return True
+
+
+class CatchUpSubscription(LogFollower):
     """A named reader of the log that hands each new batch to a handler exactly once."""
 
     def __init__(
@@ -81,22 +197,22 @@ class CatchUpSubscription:
         listen_conninfo: str | None = None,
         upcasters: Upcasters | None = None,
         clock: Clock = utc_now,
+        gather: float = 0.0,
     ) -> None:
-        if not name:
-            raise ValueError("a subscription needs a name")
+        super().__init__(
+            pool,
+            name,
+            poll_interval=poll_interval,
+            listen=listen,
+            listen_conninfo=listen_conninfo,
+            gather=gather,
+        )
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
-        if poll_interval <= 0:
-            raise ValueError("poll_interval must be positive")
-        self.name = name
-        self._pool = pool
         self._handler = handler
         self._batch_size = batch_size
         self._categories = None if categories is None else sorted(categories)
         self._types = None if types is None else sorted(types)
-        self._poll_interval = poll_interval
-        self._listen = listen
-        self._listen_conninfo = listen_conninfo
         self._upcasters = upcasters if upcasters is not None else Upcasters()
         self._clock = clock
         self._read_events = self._build_read_query()
@@ -171,79 +287,3 @@ class CatchUpSubscription:
             handled += outcome.handled
             if not outcome.advanced:
                 return handled
-
-    def run(self, stop: threading.Event) -> None:
-        """Catch up, then wait for NOTIFY or the poll interval and catch up again, until `stop`.
-
-        A handler's error ends the run (its batch stays unprocessed); a lost connection to
-        the server is logged and retried after the poll interval.
-        """
-        listener: Connection[TupleRow] | None = None
-        try:
-            while not stop.is_set():
-                # LISTEN before catching up, so that an append committed while this catches
-                # up leaves a notification behind rather than falling between the two.
-                if self._listen and listener is None:
-                    listener = self._open_listener()
-                try:
-                    self.run_until_caught_up()
-                except psycopg.OperationalError:
-                    _logger.exception("subscription %s lost the database; retrying", self.name)
-                if listener is None:
-                    stop.wait(self._poll_interval)
-                elif not self._await_notification(listener, stop):
-                    listener.close()
-                    listener = None
-        finally:
-            if listener is not None:
-                listener.close()
-
-    def _listener_conninfo(self) -> tuple[str, dict[str, Any]]:
-        if self._listen_conninfo is not None:
-            return self._listen_conninfo, {}
-        conninfo = self._pool.conninfo
-        kwargs = self._pool.kwargs
-        return (
-            conninfo() if callable(conninfo) else conninfo,
-            dict(kwargs() if callable(kwargs) else kwargs or {}),
-        )
-
-    def _open_listener(self) -> Connection[TupleRow] | None:
-        conninfo, kwargs = self._listener_conninfo()
-        try:
-            listener = psycopg.connect(conninfo, **kwargs, autocommit=True)
-        except psycopg.OperationalError:
-            # Polling alone still delivers every event; only latency suffers.
-            _logger.exception("subscription %s cannot LISTEN; polling instead", self.name)
-            return None
-        try:
-            listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(NOTIFY_CHANNEL)))
-        except psycopg.OperationalError:
-            _logger.exception("subscription %s cannot LISTEN; polling instead", self.name)
-            listener.close()
-            return None
-        return listener
-
-    def _await_notification(self, listener: Connection[TupleRow], stop: threading.Event) -> bool:
-        """Wait for a notification, the poll interval or `stop`; False if the listener broke."""
-        deadline = time.monotonic() + self._poll_interval
-        try:
-            while not stop.is_set():
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return True
-                timeout = min(remaining, STOP_CHECK_SECONDS)
-                # closing(): the generator holds the connection's lock until it is closed.
-                with closing(listener.notifies(timeout=timeout, stop_after=1)) as notifies:
-                    if next(notifies, None) is not None:
-                        break
-            else:
-                return True
-            # One catch-up answers a burst of appends: drop the notifications already queued.
-            with closing(listener.notifies(timeout=0)) as queued:
-                for _ in queued:
-                    pass
-        except psycopg.OperationalError:
-            _logger.exception("subscription %s lost its LISTEN connection", self.name)
-            return False
-        return True

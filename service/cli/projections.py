@@ -12,7 +12,6 @@ import click
 
 from events.migrations import apply_migrations
 from events.postgres import Pool, PostgresEventStore, app_conninfo, open_pool
-from events.projections import runner
 from events.snapshots import PostgresSnapshotStore
 from events.store import utc_now
 from service.application.game.open_rounds import OpenRoundsProjection, PostgresOpenRounds
@@ -81,14 +80,15 @@ def projector(poll_interval: float, sweep_interval: float, names: tuple[str, ...
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
-    # A connection per subscription and one for its listener's fallback queries, and two for
-    # the sweeper (its look at the index, and the window it closes).
-    with _pool(max_size=len(chosen) + 5) as pool:
-        following = read_models.subscriptions(pool, chosen, poll_interval=poll_interval)
-        following += runner.subscriptions(
-            pool, [OpenRoundsProjection], poll_interval=poll_interval, upcasters=upcasters()
+    # One connection for the follower's passes, and two for the sweeper (its look at the
+    # index, and the window it closes), and a spare.
+    with _pool(max_size=4) as pool:
+        # One follower, one transaction a pass for every model and the index of open rounds:
+        # a subscription each meant a commit each per append (docs/benchmarks.md).
+        following = read_models.follower(
+            pool, chosen, also=[OpenRoundsProjection], poll_interval=poll_interval
         )
-        running = read_models.Projector(following)
+        running = read_models.Projector([following])
         sweeper = window_sweeper(pool, interval=sweep_interval)
         running.start()
         sweeper.start()
