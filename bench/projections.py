@@ -22,6 +22,7 @@ table service would (the opening, each bet with its stake, each Deal press, then
 with its payouts: 16 appends a round) at `--rate` appends a second for `--seconds`, while a
 projector in this process follows them into every read model and the index of open rounds.
 Contenders, in turns (median of R), each starting caught up and stopping caught up:
+- no projector: the appends and this bench's sampling alone, the baseline of the commits;
 - before: a CatchUpSubscription per model, each on its own thread, every merge through a
   TEMPORARY staging table (STAGE_FROM_ROWS = 1): the projector as it was;
 - after: the ProjectionFollower `shoebox projector` runs (one transaction a pass for every
@@ -298,6 +299,7 @@ def live_run(
     build: Callable[[Pool], runner.Projector],
     *,
     stage_always: bool,
+    following: bool,
     seconds: float,
     rate: float,
 ) -> dict[str, float]:
@@ -308,7 +310,7 @@ def live_run(
     running.start()
     try:
         deadline = time.monotonic() + 60
-        while lag(writer_pool) and time.monotonic() < deadline:
+        while following and lag(writer_pool) and time.monotonic() < deadline:
             time.sleep(0.05)
         pids = backend_pids(writer_pool)
         pg_before = {pid: cpu_seconds(pid) for pid in pids}
@@ -340,7 +342,7 @@ def live_run(
             time.sleep(0.1)
         thread.join()
         deadline = time.monotonic() + 60
-        while lag(writer_pool) and time.monotonic() < deadline:
+        while following and lag(writer_pool) and time.monotonic() < deadline:
             time.sleep(0.05)
         # Catching up is part of the cost: what is measured is every event of the run folded.
         # This thread's sampling and the appending thread are not the projector's.
@@ -385,6 +387,7 @@ def live(admin_url: str, seconds: float, rate: float, repeats: int) -> None:
         writer.setup()
         source = pieces(writer)
         contenders: dict[str, tuple[Callable[[Pool], runner.Projector], bool]] = {
+            "no projector": (lambda pool: runner.Projector([]), False),
             "before": (before, True),
             "after": (after(), False),
             "after, sync commit": (after(asynchronous_commit=False), False),
@@ -401,6 +404,7 @@ def live(admin_url: str, seconds: float, rate: float, repeats: int) -> None:
                     writer,
                     build,
                     stage_always=stage_always,
+                    following=name != "no projector",
                     seconds=seconds,
                     rate=rate,
                 )
