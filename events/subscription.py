@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Sequence
 from contextlib import closing
 from dataclasses import dataclass
@@ -48,6 +49,10 @@ _LOCK_CHECKPOINT = "SELECT position FROM checkpoints WHERE subscription = %s FOR
 _HEAD = "SELECT position FROM events ORDER BY position DESC LIMIT 1"
 _MOVE_CHECKPOINT = "UPDATE checkpoints SET position = %s, updated_at = %s WHERE subscription = %s"
 _READ_CHECKPOINT = "SELECT position FROM checkpoints WHERE subscription = %s"
+_PEEK = (
+    "SELECT (SELECT position FROM checkpoints WHERE subscription = %s),"
+    " (SELECT position FROM events ORDER BY position DESC LIMIT 1)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,113 +69,35 @@ class BatchOutcome:
         return self.checkpoint_after > self.checkpoint_before
 
 
-class CatchUpSubscription:
-    """A named reader of the log that hands each new batch to a handler exactly once."""
+class LogFollower(ABC):
+    """Catches up with the log, then waits for a NOTIFY (or the poll interval) and again."""
 
     def __init__(
         self,
         pool: Pool,
         name: str,
-        handler: BatchHandler,
         *,
-        batch_size: int = 500,
-        categories: Collection[str] | None = None,
-        types: Collection[str] | None = None,
         poll_interval: float = 5.0,
         listen: bool = True,
         listen_conninfo: str | None = None,
-        upcasters: Upcasters | None = None,
-        clock: Clock = utc_now,
+        gather: float = 0.0,
     ) -> None:
         if not name:
             raise ValueError("a subscription needs a name")
-        if batch_size < 1:
-            raise ValueError("batch_size must be at least 1")
         if poll_interval <= 0:
             raise ValueError("poll_interval must be positive")
+        if gather < 0:
+            raise ValueError("gather must not be negative")
         self.name = name
         self._pool = pool
-        self._handler = handler
-        self._batch_size = batch_size
-        self._categories = None if categories is None else sorted(categories)
-        self._types = None if types is None else sorted(types)
         self._poll_interval = poll_interval
         self._listen = listen
         self._listen_conninfo = listen_conninfo
-        self._upcasters = upcasters if upcasters is not None else Upcasters()
-        self._clock = clock
-        self._read_events = self._build_read_query()
+        self._gather = gather
 
-    def _build_read_query(self) -> sql.Composed:
-        conditions = [sql.SQL("position > %(after)s")]
-        if self._categories is not None:
-            conditions.append(sql.SQL("category = ANY(%(categories)s::text[])"))
-        if self._types is not None:
-            conditions.append(sql.SQL("type = ANY(%(types)s::text[])"))
-        return sql.SQL("SELECT {} FROM events WHERE {} ORDER BY position LIMIT %(limit)s").format(
-            sql.SQL(EVENT_COLUMNS), sql.SQL(" AND ").join(conditions)
-        )
-
-    def checkpoint(self) -> int:
-        """The position this subscription has processed up to (0 before its first batch)."""
-        with self._pool.connection() as conn:
-            row = conn.execute(_READ_CHECKPOINT, [self.name]).fetchone()
-        return 0 if row is None else int(row[0])
-
-    def process_batch(self) -> BatchOutcome:
-        """Handle the next batch after the checkpoint and move the checkpoint, in one transaction.
-
-        If the handler raises, the transaction rolls back, the checkpoint stays where it was and
-        the error propagates; the next call retries the same batch.
-        """
-        with self._pool.connection() as conn, conn.transaction():
-            locked = conn.execute(_LOCK_CHECKPOINT, [self.name]).fetchone()
-            if locked is None:
-                conn.execute(_ENSURE_CHECKPOINT, [self.name, to_utc(self._clock())])
-                locked = conn.execute(_LOCK_CHECKPOINT, [self.name]).fetchone()
-                assert locked is not None  # inserted above, or by a twin that has committed
-            before = int(locked[0])
-            # Read the head BEFORE the batch: the batch's later snapshot then holds every
-            # event up to this head. Appends commit in position order (the append lock), so no
-            # event at or below a visible head can commit later; a filtered subscription may
-            # therefore move its checkpoint to the head when the batch is short, and skip
-            # past the events it does not want without rescanning them next time.
-            head_row = conn.execute(_HEAD).fetchone()
-            head = 0 if head_row is None else int(head_row[0])
-            if head <= before:
-                return BatchOutcome(0, before, before)
-            events = self._read(conn, before)
-            if len(events) == self._batch_size:
-                after = events[-1].position
-            else:
-                after = max(head, events[-1].position) if events else head
-            if events:
-                self._handler(conn, events)
-            conn.execute(_MOVE_CHECKPOINT, [after, to_utc(self._clock()), self.name])
-        return BatchOutcome(len(events), before, after)
-
-    def _read(self, conn: Connection[TupleRow], after: int) -> list[RecordedEvent]:
-        # The store's own row factory: orjson, and one metadata object per append.
-        cursor = conn.cursor(row_factory=event_rows)
-        cursor.execute(
-            self._read_events,
-            {
-                "after": after,
-                "categories": self._categories,
-                "types": self._types,
-                "limit": self._batch_size,
-            },
-        )
-        return self._upcasters.upcast_all(cursor.fetchall())
-
+    @abstractmethod
     def run_until_caught_up(self) -> int:
         """Process batches until the log has nothing after the checkpoint; the events handled."""
-        handled = 0
-        while True:
-            outcome = self.process_batch()
-            handled += outcome.handled
-            if not outcome.advanced:
-                return handled
 
     def run(self, stop: threading.Event) -> None:
         """Catch up, then wait for NOTIFY or the poll interval and catch up again, until `stop`.
@@ -185,6 +112,7 @@ class CatchUpSubscription:
                 # up leaves a notification behind rather than falling between the two.
                 if self._listen and listener is None:
                     listener = self._open_listener()
+                started = time.monotonic()
                 try:
                     self.run_until_caught_up()
                 except psycopg.OperationalError:
@@ -194,6 +122,13 @@ class CatchUpSubscription:
                 elif not self._await_notification(listener, stop):
                     listener.close()
                     listener = None
+                else:
+                    # Passes start at least `gather` apart: under a stream of appends each
+                    # pass (one commit) takes what arrived meanwhile, while the first event
+                    # after a quiet spell is handled at once.
+                    pause = started + self._gather - time.monotonic()
+                    if pause > 0:
+                        stop.wait(pause)
         finally:
             if listener is not None:
                 listener.close()
@@ -247,3 +182,121 @@ class CatchUpSubscription:
             _logger.exception("subscription %s lost its LISTEN connection", self.name)
             return False
         return True
+
+
+class CatchUpSubscription(LogFollower):
+    """A named reader of the log that hands each new batch to a handler exactly once."""
+
+    def __init__(
+        self,
+        pool: Pool,
+        name: str,
+        handler: BatchHandler,
+        *,
+        batch_size: int = 500,
+        categories: Collection[str] | None = None,
+        types: Collection[str] | None = None,
+        poll_interval: float = 5.0,
+        listen: bool = True,
+        listen_conninfo: str | None = None,
+        upcasters: Upcasters | None = None,
+        clock: Clock = utc_now,
+        gather: float = 0.0,
+    ) -> None:
+        super().__init__(
+            pool,
+            name,
+            poll_interval=poll_interval,
+            listen=listen,
+            listen_conninfo=listen_conninfo,
+            gather=gather,
+        )
+        if batch_size < 1:
+            raise ValueError("batch_size must be at least 1")
+        self._handler = handler
+        self._batch_size = batch_size
+        self._categories = None if categories is None else sorted(categories)
+        self._types = None if types is None else sorted(types)
+        self._upcasters = upcasters if upcasters is not None else Upcasters()
+        self._clock = clock
+        self._read_events = self._build_read_query()
+
+    def _build_read_query(self) -> sql.Composed:
+        conditions = [sql.SQL("position > %(after)s")]
+        if self._categories is not None:
+            conditions.append(sql.SQL("category = ANY(%(categories)s::text[])"))
+        if self._types is not None:
+            conditions.append(sql.SQL("type = ANY(%(types)s::text[])"))
+        return sql.SQL("SELECT {} FROM events WHERE {} ORDER BY position LIMIT %(limit)s").format(
+            sql.SQL(EVENT_COLUMNS), sql.SQL(" AND ").join(conditions)
+        )
+
+    def checkpoint(self) -> int:
+        """The position this subscription has processed up to (0 before its first batch)."""
+        with self._pool.connection() as conn:
+            row = conn.execute(_READ_CHECKPOINT, [self.name]).fetchone()
+        return 0 if row is None else int(row[0])
+
+    def process_batch(self) -> BatchOutcome:
+        """Handle the next batch after the checkpoint and move the checkpoint, in one transaction.
+
+        If the handler raises, the transaction rolls back, the checkpoint stays where it was and
+        the error propagates; the next call retries the same batch.
+        """
+        with self._pool.connection() as conn, conn.transaction():
+            # A plain read first: finding nothing new then takes no row lock, hence no
+            # transaction id and no WAL flush at commit (the sweeper catches the index of open
+            # rounds up this way five times a second). A checkpoint only moves forward, so one
+            # at the head, however stale the read, has nothing to do.
+            peeked = conn.execute(_PEEK, [self.name]).fetchone()
+            assert peeked is not None  # scalar subqueries: always a row
+            seen, newest = peeked
+            if seen is not None and (newest or 0) <= seen:
+                return BatchOutcome(0, int(seen), int(seen))
+            locked = conn.execute(_LOCK_CHECKPOINT, [self.name]).fetchone()
+            if locked is None:
+                conn.execute(_ENSURE_CHECKPOINT, [self.name, to_utc(self._clock())])
+                locked = conn.execute(_LOCK_CHECKPOINT, [self.name]).fetchone()
+                assert locked is not None  # inserted above, or by a twin that has committed
+            before = int(locked[0])
+            # Read the head BEFORE the batch: the batch's later snapshot then holds every
+            # event up to this head. Appends commit in position order (the append lock), so no
+            # event at or below a visible head can commit later; a filtered subscription may
+            # therefore move its checkpoint to the head when the batch is short, and skip
+            # past the events it does not want without rescanning them next time.
+            head_row = conn.execute(_HEAD).fetchone()
+            head = 0 if head_row is None else int(head_row[0])
+            if head <= before:
+                return BatchOutcome(0, before, before)
+            events = self._read(conn, before)
+            if len(events) == self._batch_size:
+                after = events[-1].position
+            else:
+                after = max(head, events[-1].position) if events else head
+            if events:
+                self._handler(conn, events)
+            conn.execute(_MOVE_CHECKPOINT, [after, to_utc(self._clock()), self.name])
+        return BatchOutcome(len(events), before, after)
+
+    def _read(self, conn: Connection[TupleRow], after: int) -> list[RecordedEvent]:
+        # The store's own row factory: orjson, and one metadata object per append.
+        cursor = conn.cursor(row_factory=event_rows)
+        cursor.execute(
+            self._read_events,
+            {
+                "after": after,
+                "categories": self._categories,
+                "types": self._types,
+                "limit": self._batch_size,
+            },
+        )
+        return self._upcasters.upcast_all(cursor.fetchall())
+
+    def run_until_caught_up(self) -> int:
+        """Process batches until the log has nothing after the checkpoint; the events handled."""
+        handled = 0
+        while True:
+            outcome = self.process_batch()
+            handled += outcome.handled
+            if not outcome.advanced:
+                return handled

@@ -62,17 +62,41 @@ def load_rows(
     return {row[0]: list(row[1:]) for row in conn.execute(query, [wanted])}
 
 
+STAGE_FROM_ROWS: Final = 2000
+"""Rows of one merge from which they go in through a COPY into a staging table; fewer go in
+as arrays, in the merge's one statement."""
+
+_column_types: dict[str, dict[str, str]] = {}
+
+
+def _types(conn: Connection[TupleRow], table: str) -> dict[str, str]:
+    """Each column's SQL type, looked up once per process and table."""
+    found = _column_types.get(table)
+    if found is None:
+        query = (
+            "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute"
+            " WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped"
+        )
+        found = {name: kind for name, kind in conn.execute(query, [table])}
+        _column_types[table] = found
+    return found
+
+
 def _stage(
     conn: Connection[TupleRow],
     table: str,
     columns: Sequence[str],
     rows: Sequence[Sequence[Any]],
-) -> sql.Identifier:
+) -> sql.Composable:
     """COPY rows into a temporary table shaped like `table`; its name.
 
     One COPY and one INSERT ... SELECT per table and batch instead of a statement per row:
     executemany's round trips were most of a rebuild's time. The staging table is per session
-    (pooled connections keep it) and is emptied at each commit.
+    (pooled connections keep it) and is emptied at each commit. Only for large merges (a
+    rebuild's batches): PostgreSQL truncates every such table of the session, file by file,
+    at each commit of a transaction that used one, and the TRUNCATE here gives the table a
+    new file and forces the commit to flush; at a live batch's size that was most of the
+    projector's cost (docs/benchmarks.md, "The projector at steady state").
     """
     staging = f"stage_{table}"
     conn.execute(
@@ -85,6 +109,52 @@ def _stage(
     return sql.Identifier(staging)
 
 
+def _arrays(
+    conn: Connection[TupleRow],
+    table: str,
+    columns: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+) -> tuple[sql.Composable, sql.Composable, list[list[str | None]]]:
+    """`rows` as a select list and a FROM clause unnesting one text[] per column; the arrays.
+
+    Text, each value cast back to its column's type in the statement: a column's values may
+    be of several Python types (a timestamp as text or as a datetime), which psycopg's typed
+    arrays refuse.
+    """
+    types = _types(conn, table)
+    names = [sql.Identifier(column) for column in columns]
+    select = sql.SQL(", ").join(
+        sql.SQL("s.{}::{}").format(name, sql.SQL(types[column]))
+        for name, column in zip(names, columns, strict=True)
+    )
+    source = sql.SQL("unnest({}) AS s({})").format(
+        sql.SQL(", ").join([sql.SQL("%s::text[]")] * len(columns)), sql.SQL(", ").join(names)
+    )
+    arrays = [[_plain_text(v) for v in values] for values in zip(*rows, strict=True)]
+    return select, source, arrays
+
+
+def _plain_text(value: object) -> str | None:
+    """A value as its type's input text, unescaped (it travels inside an array parameter)."""
+    if value is None:
+        return None
+    kind = type(value)
+    if kind is str:
+        return value  # type: ignore[return-value]
+    if kind is int:
+        return str(value)
+    if kind is bool:
+        return "t" if value else "f"
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, Jsonb):
+        dumped = (value.dumps or json.dumps)(value.obj)
+        return dumped.decode() if isinstance(dumped, bytes) else dumped
+    if isinstance(value, str):
+        return str(value)
+    raise TypeError(f"no text for {value!r}")
+
+
 def _merge(
     conn: Connection[TupleRow],
     table: str,
@@ -95,12 +165,19 @@ def _merge(
     batch = list(rows)
     if not batch:
         return
-    staging = _stage(conn, table, columns, batch)
     names = sql.SQL(", ").join(map(sql.Identifier, columns))
+    params: list[list[str | None]] | None = None
+    source: sql.Composable
+    select: sql.Composable = names
+    if len(batch) >= STAGE_FROM_ROWS:
+        source = _stage(conn, table, columns, batch)
+    else:
+        select, source, params = _arrays(conn, table, columns, batch)
     conn.execute(
         sql.SQL("INSERT INTO {} AS t ({}) SELECT {} FROM {} {}").format(
-            sql.Identifier(table), names, names, staging, conflict
-        )
+            sql.Identifier(table), names, select, source, conflict
+        ),
+        params,
     )
 
 

@@ -81,25 +81,26 @@ def projector(poll_interval: float, sweep_interval: float, names: tuple[str, ...
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
-    # A connection per subscription and one for its listener's fallback queries, and two for
-    # the sweeper (its look at the index, and the window it closes).
-    with _pool(max_size=len(chosen) + 5) as pool:
-        # The sweeper reads the index of open rounds, so it is followed whatever is chosen.
-        followed = (*chosen, OpenRoundsProjection.name)
-        following = read_models.subscriptions(
+    # One connection for the follower's passes, and two for the sweeper (its look at the
+    # index, and the window it closes), and a spare.
+    with _pool(max_size=4) as pool:
+        # One follower, one transaction a pass for every model and the index of open rounds:
+        # a subscription each meant a commit each per append (docs/benchmarks.md).
+        following = read_models.follower(
             pool,
-            dict.fromkeys(followed),
+            chosen,
+            also=[OpenRoundsProjection],
             poll_interval=poll_interval,
             after_apply=projection_batch_hook(),
         )
-        running = read_models.Projector(following)
+        running = read_models.Projector([following])
         sweeper = window_sweeper(
             pool, interval=sweep_interval, redis_url=Settings.from_env().redis_url
         )
         running.start()
         sweeper.start()
         click.echo(
-            f"projector following the log into {', '.join(dict.fromkeys(followed))},"
+            f"projector following the log into {', '.join(p.name for p in following.projections)},"
             " sweeping lapsed windows",
             err=True,
         )

@@ -14,8 +14,11 @@ from events.postgres import Pool
 from events.projections import runner
 from events.projections.base import Projection
 from events.projections.runner import (
+    GATHER_SECONDS,
     LIVE_BATCH,
     REBUILD_BATCH,
+    Catalogue,
+    ProjectionFollower,
     ProjectionStatus,
     Projector,
     RebuildResult,
@@ -37,10 +40,12 @@ from service.application.upcasters import upcasters
 __all__ = [
     "NAMES",
     "PROJECTIONS",
+    "ProjectionFollower",
     "ProjectionStatus",
     "Projector",
     "RebuildResult",
     "catch_up",
+    "follower",
     "projection_class",
     "rebuild",
     "status",
@@ -101,6 +106,36 @@ def subscriptions(
         poll_interval=poll_interval,
         listen=listen,
         batch_size=batch_size,
+        clock=clock,
+        upcasters=upcasters(),
+        after_apply=after_apply,
+    )
+
+
+def follower(
+    pool: Pool,
+    names: Iterable[str] = NAMES,
+    *,
+    also: Catalogue = (),
+    poll_interval: float = 5.0,
+    listen: bool = True,
+    batch_size: int = LIVE_BATCH,
+    gather: float = GATHER_SECONDS,
+    asynchronous_commit: bool = True,
+    clock: Clock = utc_now,
+    after_apply: Callable[[], None] | None = None,
+) -> ProjectionFollower:
+    """One follower of the log into the named projections (and `also` these), a transaction a
+    batch for all of them: what `shoebox projector` runs."""
+    return runner.follower(
+        pool,
+        # open_rounds is among the names as well: a model given twice would fold twice.
+        list(dict.fromkeys([*_classes(names), *also])),
+        poll_interval=poll_interval,
+        listen=listen,
+        batch_size=batch_size,
+        gather=gather,
+        asynchronous_commit=asynchronous_commit,
         clock=clock,
         upcasters=upcasters(),
         after_apply=after_apply,
