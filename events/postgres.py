@@ -81,13 +81,17 @@ _QUERY_CANCELED = "57014"
 # and reset just after, pipelined with it, so the three cost one round trip and no other user
 # of the pooled connection (a rebuild, a long export) inherits the limits. Session-level rather
 # than SET LOCAL because the append runs in autocommit, where each statement is its own
-# transaction; the resets run even when the append fails (psycopg syncs after each statement
+# transaction; the reset runs even when the append fails (psycopg syncs after each statement
 # of an autocommit pipeline), and a reset that never ran leaves only a tighter bound behind.
 _BOUND_WAITS = (
     "SELECT set_config('lock_timeout', %s, false), set_config('statement_timeout', %s, false)"
 )
-_RESET_LOCK_TIMEOUT = "RESET lock_timeout"
-_RESET_STATEMENT_TIMEOUT = "RESET statement_timeout"
+# set_config with a NULL value is RESET (back to the session's default, a role's or database's
+# setting included): both in one statement, where two RESETs were two statements to parse,
+# run and sync, and two cursors to build, on every append.
+_RESET_WAITS = (
+    "SELECT set_config('lock_timeout', NULL, false), set_config('statement_timeout', NULL, false)"
+)
 LOCK_TIMEOUT: Final = timedelta(seconds=2)
 """How long an append waits for the log's lock. An append holds it for about a millisecond, so
 two seconds is a queue of a thousand appends: past that the server is in trouble, and a quick
@@ -477,10 +481,10 @@ class PostgresEventStore(EventStore):
                 # Never prepared: psycopg would count a statement as prepared even when a
                 # failed append made the server skip its Parse, and fail on its next use.
                 with conn.pipeline():
-                    conn.execute(_BOUND_WAITS, self._waits, prepare=False)
+                    waits = conn.cursor()
+                    waits.execute(_BOUND_WAITS, self._waits, prepare=False)
                     cursor = conn.execute(_APPEND_BATCH, columns, prepare=False)
-                    conn.execute(_RESET_LOCK_TIMEOUT, prepare=False)
-                    conn.execute(_RESET_STATEMENT_TIMEOUT, prepare=False)
+                    waits.execute(_RESET_WAITS, prepare=False)
                 rows = cursor.fetchall()
         except psycopg.Error as error:
             typed = _store_error(error, None)
