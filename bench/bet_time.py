@@ -235,13 +235,17 @@ def fresh(documents: str, n: int) -> str:
 
 def call_styles(database_url: str, documents: str, calls: int) -> list[tuple[str, float, float]]:
     """Wall p50 and client CPU ms of one append, called in different ways, interleaved."""
-    from events.postgres import (
-        _APPEND_BATCH,
-        _BOUND_WAITS,
-    )
+    from events.postgres import _APPEND_BATCH
 
-    # As the store resets them now (events/postgres.py), spelled here so that this script
-    # also measures a checkout from before.
+    # The store's earlier forms (before migration 0012), spelled here to measure them beside
+    # the one statement it sends now.
+    append_4 = (
+        "SELECT first_position, last_position, replayed_result, replayed_response, error_code,"
+        " error_detail FROM append_batch(%b::text[], %b::text[], %b::text[], %b::text[])"
+    )
+    bound_waits = (
+        "SELECT set_config('lock_timeout', %s, false), set_config('statement_timeout', %s, false)"
+    )
     reset_waits = (
         "SELECT set_config('lock_timeout', NULL, false),"
         " set_config('statement_timeout', NULL, false)"
@@ -257,8 +261,8 @@ def call_styles(database_url: str, documents: str, calls: int) -> list[tuple[str
     def pipelined(conn: psycopg.Connection[Any]) -> None:
         # As the store called it before: the waits set, the append, and two RESETs.
         with conn.pipeline():
-            conn.execute(_BOUND_WAITS, ["2000", "5000"], prepare=False)
-            cursor = conn.execute(_APPEND_BATCH, columns(), prepare=False)
+            conn.execute(bound_waits, ["2000", "5000"], prepare=False)
+            cursor = conn.execute(append_4, columns(), prepare=False)
             conn.execute("RESET lock_timeout", prepare=False)
             conn.execute("RESET statement_timeout", prepare=False)
         cursor.fetchall()
@@ -267,19 +271,23 @@ def call_styles(database_url: str, documents: str, calls: int) -> list[tuple[str
         # As the store calls it now: the waits set, the append, one reset of both.
         with conn.pipeline():
             waits = conn.cursor()
-            waits.execute(_BOUND_WAITS, ["2000", "5000"], prepare=False)
-            cursor = conn.execute(_APPEND_BATCH, columns(), prepare=False)
+            waits.execute(bound_waits, ["2000", "5000"], prepare=False)
+            cursor = conn.execute(append_4, columns(), prepare=False)
             waits.execute(reset_waits, prepare=False)
         cursor.fetchall()
 
     def single(conn: psycopg.Connection[Any]) -> None:
-        conn.execute(_APPEND_BATCH, columns(), prepare=False).fetchall()
+        conn.execute(append_4, columns(), prepare=False).fetchall()
+
+    def bounded(conn: psycopg.Connection[Any]) -> None:
+        # As the store calls it now: one statement, the lock's bound its last argument.
+        conn.execute(_APPEND_BATCH, [*columns(), "2000ms"], prepare=False).fetchall()
 
     executions: list[float] = []
 
     def explained(conn: psycopg.Connection[Any]) -> None:
         plan = conn.execute(
-            "EXPLAIN (ANALYZE, FORMAT JSON) " + _APPEND_BATCH, columns(), prepare=False
+            "EXPLAIN (ANALYZE, FORMAT JSON) " + append_4, columns(), prepare=False
         ).fetchone()
         assert plan is not None
         executions.append(plan[0][0]["Execution Time"] / 1000)
@@ -291,6 +299,7 @@ def call_styles(database_url: str, documents: str, calls: int) -> list[tuple[str
         "append: pipeline of 4 (SET waits, append, 2 RESETs)": pipelined,
         "append: pipeline of 3 (SET waits, append, one reset of both)": pipelined_3,
         "append: the one statement alone": single,
+        "append: one statement bounding its own lock (migration 0012)": bounded,
         "one-row INSERT, autocommit": trivial,
         "append: EXPLAIN ANALYZE of the statement (its commit included)": explained,
     }
