@@ -361,7 +361,7 @@ def main(argv: list[str] | None = None) -> None:
         with serving(database_url, 1, 1) as port:
             table_id = set_up_tables(port, keys, 1, secrets.token_hex(3))[0]
 
-        app = create_app(Settings(database_url=database_url), pool_size=2)
+        app = create_app(Settings(database_url=database_url, rate_limit_per_second=0), pool_size=2)
         client = app.test_client()
         players = player_ids(table_id)
         headers = {"Authorization": f"Bearer {keys.frontend}"}
