@@ -67,33 +67,24 @@ T = TypeVar("T")
 # stored result, and a refused append is reported in its row.
 _APPEND_BATCH = (
     "SELECT first_position, last_position, replayed_result, replayed_response, error_code,"
-    " error_detail FROM append_batch(%b::text[], %b::text[], %b::text[], %b::text[])"
+    " error_detail FROM append_batch(%b::text[], %b::text[], %b::text[], %b::text[], %s)"
 )
 # %b: in binary, a text array's elements travel as they are; the text format escapes every
 # double quote of every document with a regular expression, which cost a bet more time than
-# the rest of its Python together.
+# the rest of its Python together. The last argument bounds the append's wait for the log's
+# lock (migration 0013), so the append is one statement and one round trip.
 MAX_BATCH: Final = 64
 """Appends in one call at most: a bound on one statement's work and on the lock's hold."""
 _CONCURRENCY_CONFLICT = "SB001"
 _LOCK_NOT_AVAILABLE = "55P03"
 _QUERY_CANCELED = "57014"
-# The append's waits are bounded for its own statement only: set on the session just before it
-# and reset just after, pipelined with it, so the three cost one round trip and no other user
-# of the pooled connection (a rebuild, a long export) inherits the limits. Session-level rather
-# than SET LOCAL because the append runs in autocommit, where each statement is its own
-# transaction; the resets run even when the append fails (psycopg syncs after each statement
-# of an autocommit pipeline), and a reset that never ran leaves only a tighter bound behind.
-_BOUND_WAITS = (
-    "SELECT set_config('lock_timeout', %s, false), set_config('statement_timeout', %s, false)"
-)
-_RESET_LOCK_TIMEOUT = "RESET lock_timeout"
-_RESET_STATEMENT_TIMEOUT = "RESET statement_timeout"
 LOCK_TIMEOUT: Final = timedelta(seconds=2)
 """How long an append waits for the log's lock. An append holds it for about a millisecond, so
 two seconds is a queue of a thousand appends: past that the server is in trouble, and a quick
 retryable refusal serves a caller better than a request that hangs."""
 STATEMENT_TIMEOUT: Final = timedelta(seconds=5)
-"""How long an append's statement may run in all, waiting for the lock included."""
+"""How long an append may wait in all. Its one wait is for the log's lock, bounded by the
+smaller of this and the lock's own bound; the rest of the statement is bounded by its size."""
 READ_AHEAD: Final = 2
 """Batches that iter_all and iter_rows keep in flight, each on a pooled connection of its own.
 
@@ -425,7 +416,11 @@ class PostgresEventStore(EventStore):
     ) -> None:
         super().__init__(clock, upcasters)
         self._pool = pool
-        self._waits = [_milliseconds(lock_timeout), _milliseconds(statement_timeout)]
+        # The append's one wait is for the log's lock (and a key's row, under it), so the two
+        # bounds are one: the smaller, set by the append on its own transaction (migration
+        # 0013), where a session setting would need two more statements a bet to set and reset.
+        self._wait_bound = _milliseconds(min(lock_timeout, statement_timeout))
+        self._statement_binds = statement_timeout < lock_timeout
         # Off only to measure what it buys (bench/contention.py): each append its own call.
         self._group = _GroupCommit(self._append_batch) if group_commit else None
 
@@ -483,16 +478,13 @@ class PostgresEventStore(EventStore):
         # lock is released by a commit that the server runs without waiting for us.
         try:
             with _one_statement(self._pool) as conn:
-                # Never prepared: psycopg would count a statement as prepared even when a
-                # failed append made the server skip its Parse, and fail on its next use.
-                with conn.pipeline():
-                    conn.execute(_BOUND_WAITS, self._waits, prepare=False)
-                    cursor = conn.execute(_APPEND_BATCH, columns, prepare=False)
-                    conn.execute(_RESET_LOCK_TIMEOUT, prepare=False)
-                    conn.execute(_RESET_STATEMENT_TIMEOUT, prepare=False)
-                rows = cursor.fetchall()
+                rows = conn.execute(
+                    _APPEND_BATCH, [*columns, self._wait_bound], prepare=False
+                ).fetchall()
         except psycopg.Error as error:
             typed = _store_error(error, None)
+            if isinstance(typed, AppendTimedOut) and self._statement_binds:
+                typed = AppendTimedOut("its statement to finish")
             if typed is None and len(batch) > 1:
                 # An error of one append's own making (the function refuses malformed input)
                 # fails the whole transaction: try each alone, so only its own caller sees it.

@@ -29,6 +29,7 @@ from typing import Any
 import click
 from flask import Flask
 from gunicorn.app.base import BaseApplication
+from gunicorn.glogging import Logger
 
 from events.migrations import apply_migrations
 from service.embedded import database_url
@@ -105,6 +106,21 @@ def cooperate_with_gevent() -> None:
     psycopg_pool.pool.sleep = gevent.sleep  # type: ignore[attr-defined]
 
 
+class GunicornLogger(Logger):  # type: ignore[misc]  # gunicorn is untyped
+    """gunicorn's logger, with no access line built when nothing would print it.
+
+    With a `logconfig_dict` gunicorn counts its access log as on, whatever the dict says, and
+    builds a line of some thirty fields after every request (4% of a gevent worker's CPU
+    under bets, sampled with py-spy; docs/benchmarks.md, issue 14) for `gunicorn.access`,
+    which that dict silences: the app writes the one line a request.
+    """
+
+    def access(self, resp: Any, req: Any, environ: Any, request_time: Any) -> None:
+        """An access line, if a handler would take it."""
+        if self.access_log.isEnabledFor(logging.INFO):
+            super().access(resp, req, environ, request_time)
+
+
 def gunicorn_options(
     bind: str | list[str], workers: int, threads: int, worker_class: str = "gevent"
 ) -> dict[str, Any]:
@@ -135,6 +151,7 @@ def gunicorn_options(
         "errorlog": "-",
         # The app logs one JSON line a request; gunicorn's own lines take the same shape.
         "logconfig_dict": gunicorn_log_config("api"),
+        "logger_class": GunicornLogger,
         "graceful_timeout": GRACEFUL_TIMEOUT_SECONDS,
         # The app answers a request line or header over its limits with a 414 or 431 problem;
         # gunicorn would answer in HTML, so its own limits sit above the app's, as a backstop
