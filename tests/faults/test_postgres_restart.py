@@ -76,9 +76,18 @@ def test_postgres_restarted_under_load_is_503_then_recovers_losing_nothing(
         answered_later = [
             s for s in during if isinstance(s.status, int) and s.status < 500 and s.finished >= back
         ]
-        assert len(refused) + len(answered_later) == len(during), [
-            s for s in during if s not in refused and s not in answered_later
-        ][:5]
+        # Sent before the stop and answered after it: its statement ran, or failed, before the
+        # server went; the stop is only timed once pg_ctl returns, so its answer may come after.
+        in_flight = [
+            s
+            for s in during
+            if s.started < down
+            and isinstance(s.status, int)
+            and s.status < 500
+            and s not in answered_later
+        ]
+        accounted = (*refused, *answered_later, *in_flight)
+        assert len(accounted) == len(during), [s for s in during if s not in accounted][:5]
         assert refused, "no request was refused while PostgreSQL was down"
         statuses = load.statuses
         assert 500 not in statuses, statuses
