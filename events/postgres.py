@@ -485,9 +485,11 @@ class PostgresEventStore(EventStore):
             typed = _store_error(error, None)
             if isinstance(typed, AppendTimedOut) and self._statement_binds:
                 typed = AppendTimedOut("its statement to finish")
-            if typed is None and len(batch) > 1:
+            if typed is None and len(batch) > 1 and not isinstance(error, psycopg.OperationalError):
                 # An error of one append's own making (the function refuses malformed input)
                 # fails the whole transaction: try each alone, so only its own caller sees it.
+                # Not a lost server or an empty pool (OperationalError): that is everyone's,
+                # and trying each alone would make the last caller wait once per batch mate.
                 for pending in batch:
                     self._append_batch([pending])
                 return

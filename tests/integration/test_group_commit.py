@@ -10,7 +10,13 @@ import psycopg
 import pytest
 
 from events.canonical import verify_chain
-from events.postgres import Pool, PostgresEventStore, _PendingAppend, append_documents
+from events.postgres import (
+    Pool,
+    PostgresEventStore,
+    _PendingAppend,
+    append_documents,
+    open_pool,
+)
 from events.store import (
     ConcurrencyConflict,
     EventMetadata,
@@ -140,3 +146,16 @@ def test_a_stale_append_is_still_a_concurrency_conflict_for_its_caller(app_pool:
     with pytest.raises(ConcurrencyConflict) as conflict:
         store.append([StreamAppend("counter:s", 0, [counted(2)])], META)
     assert (conflict.value.expected, conflict.value.actual) == (0, 1)
+
+
+def test_an_unreachable_database_fails_the_whole_batch_at_once() -> None:
+    conninfo = "host=127.0.0.1 port=9 user=nobody dbname=none connect_timeout=1"
+    with open_pool(conninfo, timeout=0.5) as pool:
+        store = BatchCountingStore(pool)
+        batch = [
+            _PendingAppend(documents(f"counter:{n}", 0, n), None, None, None) for n in (1, 2, 3)
+        ]
+        store._append_batch(batch)
+    # One attempt for the three: a lost server is not one append's fault, to be found alone.
+    assert store.batches == [3]
+    assert all(isinstance(p.error, psycopg.OperationalError) for p in batch)
