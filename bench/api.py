@@ -50,7 +50,14 @@ sys.path.insert(0, str(_ROOT))
 
 import orjson  # noqa: E402
 
-from bench.common import Figure, render_table, rotations, server_url, throwaway_database  # noqa: E402
+from bench.common import (  # noqa: E402
+    Figure,
+    render_table,
+    rotations,
+    server_url,
+    throwaway_database,
+    uptime,
+)
 from bench.round_trips import counted  # noqa: E402
 from events.migrations import apply_migrations  # noqa: E402
 from events.postgres import PostgresEventStore, app_conninfo, open_pool  # noqa: E402
@@ -597,14 +604,6 @@ def commit_latency(database_url: str, commits: int = 300) -> str:
         f"a one-row INSERT and its commit, {commits} in a row: p50"
         f" {percentile(took, 0.5) * 1000:.2f} ms, p99 {percentile(took, 0.99) * 1000:.2f} ms"
     )
-
-
-def uptime() -> str:
-    """The machine's load, as `uptime` reports it."""
-    try:
-        return subprocess.run(["uptime"], capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "uptime unavailable"
 
 
 def main(argv: Sequence[str] | None = None) -> None:

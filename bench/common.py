@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import secrets
 import statistics
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -16,6 +17,14 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 DEFAULT_SERVER_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+
+def uptime() -> str:
+    """The machine's load, as `uptime` reports it."""
+    try:
+        return subprocess.run(["uptime"], capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "uptime unavailable"
 
 
 def server_url() -> str:

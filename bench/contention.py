@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -41,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import orjson
 import psycopg
 
-from bench.common import Figure, rotations, server_url, throwaway_database
+from bench.common import Figure, rotations, server_url, throwaway_database, uptime
 from domain.round import BetPlaced
 from domain.wallet import StakeReserved
 from events.migrations import apply_migrations
@@ -164,14 +163,6 @@ def run_writers(writers: int, seconds: float, write: Callable[[int, float], int]
     if errors:
         raise errors[0]
     return sum(counts) / elapsed
-
-
-def uptime() -> str:
-    """The machine's load, as `uptime` reports it."""
-    try:
-        return subprocess.run(["uptime"], capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "uptime unavailable"
 
 
 def main(argv: Sequence[str] | None = None) -> None:

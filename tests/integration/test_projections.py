@@ -197,11 +197,18 @@ def test_twin_projectors_never_apply_a_batch_twice(app_pool: Pool) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("following", ["subscriptions", "follower"])
 def test_a_rebuild_beside_a_live_projector_swaps_in_with_the_events_that_came_meanwhile(
-    app_pool: Pool,
+    app_pool: Pool, following: str
 ) -> None:
     play_session(app_pool, rounds=20, seed=8, voids=1)
-    projector = read_models.Projector(read_models.subscriptions(app_pool, poll_interval=0.05))
+    # A subscription per model, or the one follower that `shoebox projector` runs.
+    followers = (
+        read_models.subscriptions(app_pool, poll_interval=0.05)
+        if following == "subscriptions"
+        else [read_models.follower(app_pool, poll_interval=0.05)]
+    )
+    projector = read_models.Projector(followers)
     projector.start()
     try:
         rebuilds = [
@@ -313,34 +320,3 @@ def test_a_failing_model_does_not_hold_the_others_back(app_pool: Pool) -> None:
     found = {s.name: s for s in runner.status(app_pool, SteppingClock()(), ["wallets", "broken"])}
     assert found["wallets"].lag_events == 0
     assert found["broken"].checkpoint == 0
-
-
-@pytest.mark.slow
-def test_a_rebuild_beside_a_live_follower_swaps_in_with_the_events_that_came_meanwhile(
-    app_pool: Pool,
-) -> None:
-    play_session(app_pool, rounds=20, seed=9, voids=1)
-    projector = read_models.Projector([read_models.follower(app_pool, poll_interval=0.05)])
-    projector.start()
-    try:
-        rebuilds = [
-            threading.Thread(target=read_models.rebuild, args=(app_pool,)) for _ in range(2)
-        ]
-        for rebuild in rebuilds:
-            rebuild.start()
-        WalletService(PostgresEventStore(app_pool), SteppingClock()).deposit(
-            "late", 1_234, "during the rebuild", OPS
-        )
-        for rebuild in rebuilds:
-            rebuild.join()
-        reads = ProjectionService(app_pool, SteppingClock())
-        deadline = time.monotonic() + 10
-        while any(s.lag_events for s in reads.status()):
-            assert time.monotonic() < deadline, reads.status()
-            time.sleep(0.05)
-        assert reads.balance("late").available == 1_234
-    finally:
-        projector.stop()
-    live = {p.name: _dumps(app_pool, p) for p in read_models.PROJECTIONS}
-    read_models.rebuild(app_pool)
-    assert {p.name: _dumps(app_pool, p) for p in read_models.PROJECTIONS} == live
