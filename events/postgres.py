@@ -65,9 +65,12 @@ T = TypeVar("T")
 # Since 0011 several appends go in one call (group commit), each storing the response to its
 # idempotency key in the same transaction; a replay returns the stored response beside the
 # stored result, and a refused append is reported in its row.
+# Since 0014 each append also names its guards (streams it read and adds nothing to), which
+# the function checks with the append's own streams.
 _APPEND_BATCH = (
     "SELECT first_position, last_position, replayed_result, replayed_response, error_code,"
-    " error_detail FROM append_batch(%b::text[], %b::text[], %b::text[], %b::text[], %s)"
+    " error_detail FROM append_batch(%b::text[], %b::text[], %b::text[], %b::text[],"
+    " %b::text[], %s)"
 )
 # %b: in binary, a text array's elements travel as they are; the text format escapes every
 # double quote of every document with a regular expression, which cost a bet more time than
@@ -290,6 +293,15 @@ def _json(value: object) -> str:
     return orjson.dumps(value).decode()
 
 
+def _guards(streams: Sequence[StreamAppend]) -> str | None:
+    """The append's guards as append_batch() takes them: [[stream_id, version], ...], or None.
+
+    A stream with no events has no document, so without this its version would go unchecked.
+    """
+    guards = [[s.stream_id, s.expected_version] for s in streams if not s.events]
+    return _json(guards) if guards else None
+
+
 def _filters(
     categories: Collection[str] | None, types: Collection[str] | None
 ) -> tuple[sql.Composable, list[object]]:
@@ -353,13 +365,14 @@ class _PendingAppend:
     key: str | None
     fingerprint: str | None
     response: str | None
+    guards: str | None = None
     row: tuple[Any, ...] | None = None
     error: BaseException | None = None
     done: bool = False
 
     def arguments(self) -> tuple[str | None, ...]:
-        """Its entries in append_batch()'s four arrays."""
-        return self.documents, self.key, self.fingerprint, self.response
+        """Its entries in append_batch()'s five arrays."""
+        return self.documents, self.key, self.fingerprint, self.response, self.guards
 
 
 class _GroupCommit:
@@ -445,7 +458,7 @@ class PostgresEventStore(EventStore):
             key, fingerprint = idempotency.key, idempotency.fingerprint
             if idempotency.response is not None:
                 response = _json(normalise(idempotency.response))
-        pending = _PendingAppend(documents, key, fingerprint, response)
+        pending = _PendingAppend(documents, key, fingerprint, response, _guards(streams))
         if self._group is not None:
             self._group.submit(pending)
         else:
@@ -470,7 +483,7 @@ class PostgresEventStore(EventStore):
 
     def _append_batch(self, batch: Sequence[_PendingAppend]) -> None:
         """One call of append_batch() for these appends; each gets its row or the error."""
-        columns: list[list[str | None]] = [[], [], [], []]
+        columns: list[list[str | None]] = [[], [], [], [], []]
         for pending in batch:
             for column, value in zip(columns, pending.arguments(), strict=True):
                 column.append(value)

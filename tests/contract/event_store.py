@@ -197,6 +197,46 @@ class EventStoreContract:
         assert caught.value.actual == 0
         assert store.head() == 0
 
+    def test_a_stale_guard_refuses_the_append_and_nothing_is_appended(
+        self, store: EventStore
+    ) -> None:
+        # A bet guards the player's limits it decided on: a limit changed meanwhile refuses it.
+        store.append(one("player:alice", 0, bet(1)), DEALER)
+        store.append(one("player:alice", 1, bet(2)), DEALER)
+        guarded = [*one("table:T1", 0, bet(5)), StreamAppend("player:alice", 1, [])]
+        with pytest.raises(ConcurrencyConflict) as caught:
+            store.append(guarded, DEALER)
+        assert (caught.value.stream_id, caught.value.expected, caught.value.actual) == (
+            "player:alice",
+            1,
+            2,
+        )
+        assert store.head() == 2
+        assert store.read_stream("table:T1") == []
+
+    def test_a_guard_ahead_of_its_stream_or_on_a_stream_never_written_conflicts(
+        self, store: EventStore
+    ) -> None:
+        with pytest.raises(ConcurrencyConflict) as caught:
+            store.append([*one("table:T1", 0, bet(5)), StreamAppend("player:bob", 3, [])], DEALER)
+        assert (caught.value.stream_id, caught.value.actual) == ("player:bob", 0)
+        assert store.head() == 0
+
+    def test_a_current_guard_appends_and_its_version_is_in_the_result_and_the_replay(
+        self, store: EventStore
+    ) -> None:
+        store.append(one("player:alice", 0, bet(1)), DEALER)
+        key = Idempotency("req-7", "fp-7")
+        guarded = [*one("table:T1", 0, bet(5)), StreamAppend("player:alice", 1, [])]
+        result = store.append(guarded, DEALER, key)
+        assert result.versions == {"table:T1": 1, "player:alice": 1}
+        assert [e.stream_id for e in store.read_all()] == ["player:alice", "table:T1"]
+        # The guarded stream moving on later does not turn the key's replay into a conflict.
+        store.append(one("player:alice", 1, bet(2)), DEALER)
+        replay = store.append(guarded, DEALER, key)
+        assert replay.replayed
+        assert replay.versions == {"table:T1": 1, "player:alice": 1}
+
     def test_an_append_without_events_or_with_a_stream_twice_is_refused(
         self, store: EventStore
     ) -> None:

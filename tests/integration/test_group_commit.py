@@ -159,3 +159,20 @@ def test_an_unreachable_database_fails_the_whole_batch_at_once() -> None:
     # One attempt for the three: a lost server is not one append's fault, to be found alone.
     assert store.batches == [3]
     assert all(isinstance(p.error, psycopg.OperationalError) for p in batch)
+
+
+def test_a_stale_guard_refuses_only_its_own_append_in_a_batch(app_pool: Pool) -> None:
+    store = PostgresEventStore(app_pool)
+    store.append([StreamAppend("limits:p", 0, [counted(0)])], META)
+    # The first append of the batch moves the guarded stream on; the second guards the
+    # version before it, and must see the first's insert; the third guards the new one.
+    mover = _PendingAppend(documents("limits:p", 1, 1), None, None, None)
+    stale = _PendingAppend(documents("counter:a", 0, 2), None, None, None, '[["limits:p", 1]]')
+    fresh = _PendingAppend(documents("counter:b", 0, 3), None, None, None, '[["limits:p", 2]]')
+    store._append_batch([mover, stale, fresh])
+    assert stale.row is not None
+    assert stale.row[4] == "SB001"
+    assert orjson.loads(stale.row[5]) == {"stream_id": "limits:p", "expected": 1, "actual": 2}
+    assert fresh.row is not None
+    assert fresh.row[4] is None
+    assert [e.stream_id for e in store.read_all()] == ["limits:p", "limits:p", "counter:b"]

@@ -276,3 +276,24 @@ def test_the_store_replays_a_key_with_its_stored_answer_and_refuses_another_requ
     with pytest.raises(IdempotencyKeyReused):
         store.append([StreamAppend("counter:b", 1, [event])], META, Idempotency("k", "g"))
     assert len(store.read_stream("counter:b")) == 1
+
+
+def test_a_limit_lowered_through_another_worker_refuses_a_bet_decided_on_the_old_one(
+    app_pool: Pool,
+) -> None:
+    # A worker decides a bet on the player's limit from its own cache, without a read, and
+    # names the limit's version in the append. The player lowering it through another worker
+    # must make that append conflict, so the bet is decided again on the lowered limit.
+    first = Api(store=PostgresEventStore(app_pool))
+    first.create_table("T1")
+    first.fund("alice", 10_000)
+    first.sit("T1", "alice", 1)
+    second = Api(store=PostgresEventStore(app_pool))
+    second.keys = first.keys
+    first.bet("T1", "alice", "banker", 100)  # the first worker's cache now holds "no limit"
+    second.ok("PUT", "/v1/players/alice/limit", {"limit_pence": 500})
+    over = {"player_id": "alice", "spot": "player", "stake_pence": 1_000}
+    status, problem = first.refused("POST", "/v1/tables/T1/bets", over)
+    assert (status, problem["rule"]) == (422, "bet.above_player_limit"), problem
+    assert sum(1 for e in first.store.read_all(0, 10_000) if e.type == "BetPlaced") == 1
+    assert first.available("alice") == 9_900
