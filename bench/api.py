@@ -39,7 +39,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -59,9 +59,10 @@ from bench.common import (  # noqa: E402
     uptime,
 )
 from bench.round_trips import counted  # noqa: E402
+from events.canonical import metadata_from_document  # noqa: E402
 from events.migrations import apply_migrations  # noqa: E402
 from events.postgres import PostgresEventStore, app_conninfo, open_pool  # noqa: E402
-from events.store import EventMetadata  # noqa: E402
+from events.store import EventMetadata, Idempotency, NewEvent, StreamAppend  # noqa: E402
 from service.application.keys import Role, create_key  # noqa: E402
 from service.cli.serve import DEFAULT_WORKERS  # noqa: E402
 
@@ -462,7 +463,16 @@ STAGES: Final = (
 )
 
 
-def profile_bets(database_url: str, keys: Keys, table_id: str, bets: int) -> str:
+@dataclass(frozen=True, slots=True)
+class InProcess:
+    """A bet and a ping through the app built in this process (no HTTP), and the profile."""
+
+    bet_ms: float
+    ping_ms: float
+    report: str
+
+
+def profile_bets(database_url: str, keys: Keys, table_id: str, bets: int) -> InProcess:
     """cProfile of `bets` bets through the app built in this process, as a Markdown table."""
     # Imported here: the measurement itself never loads the app into the client's process.
     from service.runtime.settings import Settings
@@ -539,7 +549,7 @@ def profile_bets(database_url: str, keys: Keys, table_id: str, bets: int) -> str
                 calls += ncalls
                 cumulative += cum
         lines.append(f"| {label} | {calls / placed:.1f} | {cumulative / placed * 1000:.2f} |")
-    return "\n".join(lines)
+    return InProcess(bet_ms, ping_ms, "\n".join(lines))
 
 
 @dataclass(frozen=True, slots=True)
@@ -589,8 +599,124 @@ def count_round_trips(database_url: str, keys: Keys, workers: int, rounds: int) 
     return RoundTrips(len(per_bet), per_bet)
 
 
-def commit_latency(database_url: str, commits: int = 300) -> str:
-    """The p50 and p99 of an autocommit one-row INSERT on this server now: its disk flush."""
+@dataclass(frozen=True, slots=True)
+class Floor:
+    """A bet's durable append alone, timed from this process in the same run as the bets."""
+
+    appends: int
+    p50_ms: float
+    mean_ms: float
+
+
+def append_floor(database_url: str, appends: int = 300) -> Floor:
+    """A bet's append alone, `appends` times in a row: no HTTP, no Flask, no decision.
+
+    The last bet the benchmark placed is appended again to streams of its own: its two events
+    as recorded, the player's limit as its guard, and a fresh Idempotency-Key with the answer
+    that bet stored, through the store the server uses. Each call is the server's own
+    statement, lock, hash chain, commit and flush: what no bet can go without.
+    """
+    import psycopg
+
+    with psycopg.connect(database_url) as conn:
+        newest = conn.execute(
+            "SELECT max(position) FROM events WHERE type = 'BetPlaced'"
+        ).fetchone()
+        if newest is None or newest[0] is None:
+            raise RuntimeError("no bet in the log to measure the append of")
+        rows = conn.execute(
+            "SELECT type, schema_version, payload::text, metadata::text FROM events"
+            " WHERE position BETWEEN %s AND %s ORDER BY position",
+            [newest[0], newest[0] + 1],
+        ).fetchall()
+        stored = conn.execute(
+            "SELECT response::text FROM idempotency_responses"
+            " WHERE response ->> 'status' = '201' ORDER BY recorded_at DESC LIMIT 1"
+        ).fetchone()
+    if len(rows) != 2 or stored is None:
+        raise RuntimeError("the last bet's append is not a table event and a wallet event")
+    answer = orjson.loads(stored[0])
+    # Stamped again by the store from each append's own key.
+    metadata = replace(metadata_from_document(orjson.loads(rows[1][3])), idempotency_key=None)
+    run = secrets.token_hex(4)
+    table, wallet, limit = f"table:floor-{run}", f"wallet:floor-{run}", f"player:floor-{run}"
+    warm_up = 10
+    took: list[float] = []
+    with open_pool(app_conninfo(database_url, environ={}), max_size=1) as pool:
+        store = PostgresEventStore(pool)
+        for version in range(appends + warm_up):
+            streams = [
+                StreamAppend(
+                    stream_id, version, [NewEvent(event_type, orjson.loads(payload), schema)]
+                )
+                for stream_id, (event_type, schema, payload, _) in zip(
+                    (table, wallet), rows, strict=True
+                )
+            ]
+            streams.append(StreamAppend(limit, 0, []))
+            key = Idempotency(f"floor-{run}-{version}", "f" * 64, answer)
+            started = time.perf_counter()
+            store.append(streams, metadata, key)
+            if version >= warm_up:
+                took.append(time.perf_counter() - started)
+    return Floor(len(took), statistics.median(took) * 1000, statistics.mean(took) * 1000)
+
+
+def render_floor(
+    scenarios: Sequence[Scenario], floor: Floor, commits: Commits, in_process: InProcess | None
+) -> str:
+    """What the goal leaves a bet's own work, once the ping and the append are paid for."""
+    lines = [
+        f"The floor, same run: a bet's append alone from this process ({floor.appends} in a row,"
+        " the last bet's events, guard and answer, through the server's store): p50"
+        f" {floor.p50_ms:.2f} ms, mean {floor.mean_ms:.2f} ms; a one-row INSERT and its commit,"
+        f" p50 {commits.p50_ms:.2f} ms. A bet pays at least a ping (the HTTP stack,"
+        " authentication, the request machinery) and its durable append; at the goal a bet may"
+        " take ping / 0.35. Medians, in ms:",
+        "",
+        "| tables | ping | budget: ping / 0.35 | left after ping + the append | left after ping"
+        " + a one-row commit |",
+        "|--:|--:|--:|--:|--:|",
+    ]
+    for scenario in scenarios:
+        ping_ms = statistics.median(scenario.ping_p50) * 1000
+        budget = ping_ms / GOAL
+        lines.append(
+            f"| {scenario.tables} | {ping_ms:.2f} | {budget:.2f} |"
+            f" {budget - ping_ms - floor.p50_ms:.2f} | {budget - ping_ms - commits.p50_ms:.2f} |"
+        )
+    if in_process is not None:
+        own = in_process.bet_ms - in_process.ping_ms - floor.p50_ms
+        lines += [
+            "",
+            "What the bet's own work (its parsing, decision, answer and documents) takes,"
+            f" in-process without HTTP: bet {in_process.bet_ms:.2f} - ping"
+            f" {in_process.ping_ms:.2f} - the append {floor.p50_ms:.2f} = {own:.2f} ms.",
+        ]
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True, slots=True)
+class Commits:
+    """An autocommit one-row INSERT, timed many times in a row: the server's disk flush."""
+
+    times: list[float]
+
+    @property
+    def p50_ms(self) -> float:
+        """The median, in milliseconds."""
+        return percentile(self.times, 0.5) * 1000
+
+    def render(self) -> str:
+        """A phrase for the report."""
+        return (
+            f"a one-row INSERT and its commit, {len(self.times)} in a row: p50"
+            f" {self.p50_ms:.2f} ms, p99 {percentile(self.times, 0.99) * 1000:.2f} ms"
+        )
+
+
+def commit_latency(database_url: str, commits: int = 300) -> Commits:
+    """An autocommit one-row INSERT on this server now, `commits` times: its disk flush."""
     import psycopg
 
     with psycopg.connect(database_url, autocommit=True) as conn:
@@ -600,10 +726,7 @@ def commit_latency(database_url: str, commits: int = 300) -> str:
             started = time.perf_counter()
             conn.execute("INSERT INTO bench_flush (note) VALUES ('x')")
             took.append(time.perf_counter() - started)
-    return (
-        f"a one-row INSERT and its commit, {commits} in a row: p50"
-        f" {percentile(took, 0.5) * 1000:.2f} ms, p99 {percentile(took, 0.99) * 1000:.2f} ms"
-    )
+    return Commits(took)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -644,9 +767,10 @@ def main(argv: Sequence[str] | None = None) -> None:
                 run_scenario(
                     scenario, port, keys, table_ids, args.repeats, args.seconds, idempotency
                 )
-        profile = ""
+        in_process = None
         if args.profile:
-            profile = profile_bets(database_url, keys, profile_table, args.profile)
+            in_process = profile_bets(database_url, keys, profile_table, args.profile)
+        floor = append_floor(database_url)
         flush_after = commit_latency(database_url)
         trips = ""
         if args.round_trips:
@@ -666,15 +790,17 @@ def main(argv: Sequence[str] | None = None) -> None:
             f"Clients: N threads, http.client, one connection each; bets"
             f" {'with' if idempotency else 'without'} an Idempotency-Key; medians of"
             f" {args.repeats} repeats of {args.seconds:g} s, contenders interleaved.  ",
-            f"Commit latency before: {flush_before}; after: {flush_after}.",
+            f"Commit latency before: {flush_before.render()}; after: {flush_after.render()}.",
             "",
             render_rounds(scenarios),
             "",
             render_table([s.rates for s in scenarios], BET, [PING]),
             "",
+            render_floor(scenarios, floor, flush_after, in_process),
+            "",
             trips,
             "",
-            profile,
+            in_process.report if in_process is not None else "",
         ]
     )
     print(report)
