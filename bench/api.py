@@ -59,6 +59,7 @@ from bench.common import (  # noqa: E402
     uptime,
 )
 from bench.round_trips import counted  # noqa: E402
+from domain.round import BetPlaced  # noqa: E402
 from events.canonical import metadata_from_document  # noqa: E402
 from events.migrations import apply_migrations  # noqa: E402
 from events.postgres import PostgresEventStore, app_conninfo, open_pool  # noqa: E402
@@ -620,7 +621,7 @@ def append_floor(database_url: str, appends: int = 300) -> Floor:
 
     with psycopg.connect(database_url) as conn:
         newest = conn.execute(
-            "SELECT max(position) FROM events WHERE type = 'BetPlaced'"
+            "SELECT max(position) FROM events WHERE type = %s", [BetPlaced.type]
         ).fetchone()
         if newest is None or newest[0] is None:
             raise RuntimeError("no bet in the log to measure the append of")
