@@ -60,6 +60,7 @@ from bench.common import (  # noqa: E402
 )
 from bench.round_trips import counted  # noqa: E402
 from domain.round import BetPlaced  # noqa: E402
+from domain.wallet import StakeReserved  # noqa: E402
 from events.canonical import metadata_from_document  # noqa: E402
 from events.migrations import apply_migrations  # noqa: E402
 from events.postgres import PostgresEventStore, app_conninfo, open_pool  # noqa: E402
@@ -625,20 +626,26 @@ def append_floor(database_url: str, appends: int = 300) -> Floor:
         ).fetchone()
         if newest is None or newest[0] is None:
             raise RuntimeError("no bet in the log to measure the append of")
+        # A bet's append is the table's events, then the wallet's (Plan.appends): the bet's
+        # BetPlaced is followed by its StakeReserved.
         rows = conn.execute(
             "SELECT type, schema_version, payload::text, metadata::text FROM events"
             " WHERE position BETWEEN %s AND %s ORDER BY position",
             [newest[0], newest[0] + 1],
         ).fetchall()
+        if [row[0] for row in rows] != [BetPlaced.type, StakeReserved.type]:
+            raise RuntimeError(f"the last bet's append is not a bet and its stake: {rows}")
+        recorded = metadata_from_document(orjson.loads(rows[1][3]))
+        # That bet's own answer, by the key its events record.
         stored = conn.execute(
-            "SELECT response::text FROM idempotency_responses"
-            " WHERE response ->> 'status' = '201' ORDER BY recorded_at DESC LIMIT 1"
+            "SELECT response::text FROM idempotency_responses WHERE key = %s",
+            [recorded.idempotency_key],
         ).fetchone()
-    if len(rows) != 2 or stored is None:
-        raise RuntimeError("the last bet's append is not a table event and a wallet event")
+    if stored is None:
+        raise RuntimeError("the last bet was placed without an Idempotency-Key")
     answer = orjson.loads(stored[0])
     # Stamped again by the store from each append's own key.
-    metadata = replace(metadata_from_document(orjson.loads(rows[1][3])), idempotency_key=None)
+    metadata = replace(recorded, idempotency_key=None)
     run = secrets.token_hex(4)
     table, wallet, limit = f"table:floor-{run}", f"wallet:floor-{run}", f"player:floor-{run}"
     warm_up = 10
