@@ -10,9 +10,9 @@ Labels are route templates, methods, statuses, event types, outcomes, queues and
 names: never an id of a player, key, table, round or seed, so the series stay few and say
 nothing about anyone.
 
-Two gauges are measured when scraped rather than recorded: the projections' lag (from their
-checkpoints) and the RQ queues' depth (from Redis). A Redis that is down leaves the queue
-gauge out of the scrape; it never fails it.
+Three gauges are measured when scraped rather than recorded: the projections' lag (from their
+checkpoints), the RQ queues' depth and their live workers (from Redis). A Redis that is down
+leaves the queue gauges out of the scrape; it never fails it.
 """
 
 from __future__ import annotations
@@ -165,15 +165,17 @@ def observe_window_close(deadline: datetime, closed_at: datetime) -> None:
 
 
 class ScrapeTimeGauges(Collector):
-    """The gauges read when scraped: projection lag and RQ queue depth."""
+    """The gauges read when scraped: projection lag, RQ queue depth and live workers."""
 
     def __init__(
         self,
         projection_lag: Callable[[], Mapping[str, int]] | None,
         queue_depths: Callable[[], Mapping[str, int]] | None,
+        queue_workers: Callable[[], Mapping[str, int]] | None = None,
     ) -> None:
         self._projection_lag = projection_lag
         self._queue_depths = queue_depths
+        self._queue_workers = queue_workers
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         """Yield each gauge whose source answers; log and leave out one that does not."""
@@ -189,6 +191,13 @@ class ScrapeTimeGauges(Collector):
                 "Jobs waiting in an RQ queue.",
                 "queue",
                 self._queue_depths,
+            ),
+            (
+                "shoebox_rq_workers",
+                # Depth with no worker is a queue nobody consumes (service/runtime/queues.py).
+                "RQ workers serving a queue whose heartbeat is live.",
+                "queue",
+                self._queue_workers,
             ),
         )
         for name, documentation, label, source in sources:

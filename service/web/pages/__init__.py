@@ -52,6 +52,7 @@ class PagesContext:
     keys: KeyRing
     demo_keys: Mapping[str, DemoKey]
     redis_url: str | None
+    clock: Clock
 
 
 def pages() -> PagesContext:
@@ -96,6 +97,7 @@ def mount_pages(app: Flask, settings: Settings, clock: Clock) -> None:
         keys=wiring.keys,
         demo_keys=demo_keys_by_role(settings.data_dir) if settings.demo else {},
         redis_url=settings.redis_url,
+        clock=clock,
     )
     site.config["MAX_CONTENT_LENGTH"] = app.config["MAX_CONTENT_LENGTH"]
     site.register_blueprint(dashboard.blp)
