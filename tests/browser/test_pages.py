@@ -8,6 +8,7 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -428,6 +429,102 @@ def test_the_dashboard_shows_a_round_soon_after_its_deal_and_voids_by_malfunctio
     finally:
         ops.close()
         player_context.close()
+
+
+def signed_in_dashboard(context: Any, shoebox: Shoebox, table: str) -> Any:
+    dashboard = context.new_page()
+    dashboard.goto(f"{shoebox.base}/dashboard")
+    dashboard.fill("#key", shoebox.keys["ops"])
+    dashboard.click("#sign-in")
+    dashboard.wait_for_selector(f"#table-{table}")
+    return dashboard
+
+
+def submit_action(dashboard: Any, table: str, action: str, **fields: str) -> None:
+    form = f"#table-{table} form[data-action='{action}']"
+    for name, value in fields.items():
+        dashboard.fill(f"{form} input[name='{name}']", value)
+    dashboard.click(f"{form} button[type='submit']")
+    dashboard.wait_for_function(
+        "t => document.querySelector('#action-message').textContent.includes(`done at ${t}`)",
+        arg=table,
+        timeout=WAIT_MS,
+    )
+
+
+def test_the_dashboard_unmutes_a_player_who_can_then_chat_again(
+    browser: Any, shoebox: Shoebox
+) -> None:
+    table = shoebox.table("unmuted")
+    ops, player_context = browser.new_context(), browser.new_context()
+    try:
+        page = open_table(player_context, shoebox, table)
+        player = sit(page, 1)
+        shoebox.call("POST", f"/v1/tables/{table}/mutes", {"player_id": player, "reason": "spam"})
+        page.fill("#chat-text", "let me speak")
+        page.click("#chat-send")
+        page.wait_for_function(
+            "() => document.querySelector('#chat-error').textContent.length > 0", timeout=WAIT_MS
+        )
+
+        dashboard = signed_in_dashboard(ops, shoebox, table)
+        submit_action(dashboard, table, "unmutes", player_id=player)
+        significant(dashboard, "PlayerUnmuted")
+
+        page.fill("#chat-text", "thank you")
+        page.click("#chat-send")
+        page.wait_for_function(
+            "() => [...document.querySelectorAll('#chat-log .chat-text')]"
+            ".some(li => li.textContent === 'thank you')",
+            timeout=WAIT_MS,
+        )
+        assert page.text_content("#chat-error") == ""
+    finally:
+        ops.close()
+        player_context.close()
+
+
+def test_the_dashboard_voids_every_round_of_a_time_range_and_gives_the_money_back(
+    browser: Any, shoebox: Shoebox
+) -> None:
+    table = shoebox.table("ranged")
+    player = "ranger"
+    shoebox.call("POST", f"/v1/wallets/{player}/deposits", {"amount_pence": 10_000, "reason": "t"})
+    shoebox.call("POST", f"/v1/tables/{table}/seats", {"player_id": player, "seat": 1}, "frontend")
+    started = datetime.now(UTC) - timedelta(seconds=2)
+    for _ in range(2):
+        bet = {"player_id": player, "spot": "player", "stake_pence": 500}
+        shoebox.call("POST", f"/v1/tables/{table}/bets", bet, role="frontend")
+        shoebox.call("POST", f"/v1/tables/{table}/deal", {"player_id": player}, role="frontend")
+    ops = browser.new_context()
+    try:
+        dashboard = signed_in_dashboard(ops, shoebox, table)
+        # datetime-local inputs hold no zone: the dashboard reads them as UTC, as labelled.
+        until = datetime.now(UTC) + timedelta(seconds=2)
+        submit_action(
+            dashboard,
+            table,
+            "malfunctions",
+            reason="shuffler fault over the last minutes",
+            **{
+                "from": started.strftime("%Y-%m-%dT%H:%M:%S"),
+                "to": until.strftime("%Y-%m-%dT%H:%M:%S"),
+            },
+        )
+
+        def voided(round_id: str) -> bool:
+            return bool(shoebox.call("GET", f"/v1/rounds/{round_id}", role="frontend")["voided"])
+
+        eventually(lambda: voided(f"{table}-1") and voided(f"{table}-2"))
+        eventually(lambda: balance_of(shoebox, player) == 10_000)
+        dashboard.wait_for_function(
+            "t => document.querySelector(`#table-${t} [data-field=phase]`)"
+            "?.textContent.includes('suspended')",
+            arg=table,
+            timeout=WAIT_MS,
+        )
+    finally:
+        ops.close()
 
 
 def test_a_regulator_sees_a_read_only_dashboard(context: Any, shoebox: Shoebox) -> None:

@@ -9,6 +9,7 @@ const $ = (id) => document.getElementById(id);
 const latest = new Map(); // table id -> the latest coup seen on the feed
 const windowsCloseAt = new Map();
 let pending = null;
+let seen = 0; // the newest log position the feed has shown this page
 
 function percent(value) {
   return value === null || value === undefined ? "—" : `${(value * 100).toFixed(3)}%`;
@@ -162,6 +163,15 @@ async function refresh() {
     list.appendChild(element("li", `${event.when} · ${event.kind} · ${event.type} · ${event.who} (${event.role})${event.why ? ` · why: ${event.why}` : ""}`, { "data-type": event.type }));
   }
   root.dataset.ready = "true";
+  // The overview is a read model, a moment behind the log and the feed: until it has read as
+  // far as both, look again shortly (at most twice a second, whatever the load).
+  const model = lag.find((p) => p.name === "overview");
+  if (model && (model.lag_events > 0 || model.checkpoint < seen)) refreshSoon(500);
+}
+
+function noteSeen(message) {
+  const position = Number(message.lastEventId);
+  if (Number.isFinite(position) && position > seen) seen = position;
 }
 
 function refreshSoon(delay = 300) {
@@ -184,15 +194,16 @@ function follow() {
     }
   });
   feed.addEventListener("CoupCompleted", (e) => {
+    noteSeen(e);
     const event = JSON.parse(e.data);
     latest.set(event.table_id, event.payload);
     const cell = document.querySelector(`#table-${CSS.escape(event.table_id)} [data-field="latest"]`);
     if (cell) cell.textContent = `${event.payload.round_id}: ${event.payload.outcome} (P ${event.payload.player_total}, B ${event.payload.banker_total})`;
     refreshSoon();
   });
-  feed.onmessage = () => refreshSoon();
+  feed.onmessage = (e) => { noteSeen(e); refreshSoon(); };
   for (const type of ["RoundOpened", "RoundSettled", "RoundVoided", "PlayerSat", "PlayerLeft", "BetPlaced", "MalfunctionDeclared", "TableSuspended", "TableReopened", "PlayerMuted", "PlayerUnmuted", "ShoeOpened", "TableCreated"]) {
-    feed.addEventListener(type, () => refreshSoon());
+    feed.addEventListener(type, (e) => { noteSeen(e); refreshSoon(); });
   }
 }
 
