@@ -32,6 +32,7 @@ from prometheus_client import (
     Histogram,
     generate_latest,
     multiprocess,
+    start_http_server,
 )
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -232,6 +233,48 @@ def exposition(scrape_time: Collector | None = None) -> bytes:
         measured.register(scrape_time)
         text += generate_latest(measured)
     return text
+
+
+class MetricsServer:
+    """A process's own /metrics on a port of its own, served from a daemon thread."""
+
+    def __init__(self, host: str, port: int, scrape_time: Collector | None = None) -> None:
+        if os.environ.get(MULTIPROC_VARIABLE):
+            # Beside the API under `shoebox run`, where the API's scrape already adds this
+            # process's files up: served here too, it would be counted twice.
+            raise ValueError(
+                f"a process's own metrics port is for a process alone; with {MULTIPROC_VARIABLE}"
+                " set, GET /metrics on the API serves this process's figures already"
+            )
+        registry = CollectorRegistry()
+        # The process's own families (REGISTRY), and the gauges measured when scraped.
+        registry.register(_Recorded())
+        if scrape_time is not None:
+            registry.register(scrape_time)
+        self._server, self._thread = start_http_server(port, addr=host, registry=registry)
+
+    @property
+    def port(self) -> int:
+        """The port it listens on (the one asked for, or the one given for 0)."""
+        return int(self._server.server_port)
+
+    def stop(self) -> None:
+        """Stop serving and wait for the thread."""
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+
+class _Recorded(Collector):
+    """The default registry's families, as a collector another registry can hold."""
+
+    def collect(self) -> Iterator[Any]:
+        """Every family recorded in this process."""
+        yield from REGISTRY.collect()
+
+    def describe(self) -> list[Any]:
+        """Nothing up front, like ScrapeTimeGauges."""
+        return []
 
 
 def mark_process_dead(pid: int) -> None:
