@@ -11,11 +11,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from fractions import Fraction
+from functools import cache
 from typing import Any, Final
 
 from psycopg import sql
 
-from domain.odds import exact_odds, fresh_shoe_counts
+from domain.odds import Odds, exact_odds, fresh_shoe_counts
 from domain.outcome import Outcome, Spot
 from domain.roads import Roads, roads_from
 from domain.round import Phase
@@ -279,6 +280,13 @@ class InvariantReport:
         return self.comparable and not self.violations
 
 
+@cache
+def fresh_shoe_odds(decks: int) -> Odds:
+    """The exact odds of a fresh shoe of `decks` decks: tens of milliseconds to work out, and
+    the same every time, so worked out once per process."""
+    return exact_odds(fresh_shoe_counts(decks))
+
+
 class ProjectionService:
     """Reads the projection tables, and rebuilds, catches up and reports on them."""
 
@@ -461,14 +469,11 @@ class ProjectionService:
         """
         with self._pool.connection() as conn:
             rows = conn.execute(_LEDGER, [table_id, first, last, operator, operator]).fetchall()
-        theoretical: dict[int, Any] = {}
         lines: list[LedgerLine] = []
         for day, spot, bets, wagered, paid_out, commission, decks in rows:
             rtp: Fraction | None = None
             if decks is not None:
-                if decks not in theoretical:
-                    theoretical[decks] = exact_odds(fresh_shoe_counts(decks))
-                rtp = theoretical[decks].expected_return(Spot(spot))
+                rtp = fresh_shoe_odds(decks).expected_return(Spot(spot))
             lines.append(LedgerLine(day, spot, bets, wagered, paid_out, commission, rtp))
         return lines
 
@@ -498,15 +503,12 @@ class ProjectionService:
         }
         with self._pool.connection() as conn:
             rows = conn.execute(_OVERVIEW, params).fetchall()
-        theoretical: dict[int, Any] = {}
         found: list[TableOverview] = []
         for row in rows:
             (table_id, position, version, settings, seats, round_id, round_number, round_phase,
              closes_at, shoe_id, shoe_hash, shoe_hands, shoe_coups, latest_coup, suspended,
              ended, outcomes, ledger) = row  # fmt: skip
-            decks = int(settings["decks"])
-            if decks not in theoretical:
-                theoretical[decks] = exact_odds(fresh_shoe_counts(decks))
+            theory = fresh_shoe_odds(int(settings["decks"]))
             over = round_phase is None or round_phase in _OVER_PHASES
             phase = IDLE if over else str(round_phase)
             if phase == Phase.BETTING and closes_at is not None and closes_at <= now:
@@ -536,7 +538,7 @@ class ProjectionService:
                             int(wagered),
                             int(paid_out),
                             int(commission),
-                            theoretical[decks].expected_return(Spot(spot)),
+                            theory.expected_return(Spot(spot)),
                         )
                         for spot, bets, wagered, paid_out, commission in ledger
                     ),
