@@ -4,9 +4,11 @@ Jobs and deadlines can pile up with nobody to take them: the API schedules every
 window on the windows' queue whether or not a `shoebox worker` runs (the tests of the pages
 run the API and the projector only, and the README's old screenshot showed 215 jobs waiting
 on a Redis shared with other tests). A depth alone does not say which; rq's worker
-registrations do. Each worker keeps a key alive with its heartbeat (it expires after the
-worker's TTL, rq_worker.WORKER_TTL_SECONDS) and lists it in the queue's set of workers, so a
-registration whose key has expired is a worker that died without unregistering.
+registrations do. Each worker lists its key in the queue's set of workers and keeps the key
+alive with its heartbeat: rq sets it to expire 60 s after the worker's TTL
+(rq_worker.WORKER_TTL_SECONDS, so 90 s), and before a job to the job's timeout plus 60 s, so a
+worker busy with a long rebuild still counts. A registration whose key has expired is a
+worker that died without unregistering; one stopped dead stops counting within 90 s.
 """
 
 from __future__ import annotations
@@ -46,13 +48,16 @@ class QueueHealth:
             return None
         if not self.unconsumed:
             return f"No worker serves {self.queue} (no heartbeat seen); nothing waits on it yet."
-        waiting = [f"{self.jobs} jobs"] if self.jobs else []
-        if self.overdue:
+        waiting = [f"{self.jobs} {'job' if self.jobs == 1 else 'jobs'}"] if self.jobs else []
+        if self.overdue == 1:
+            waiting.append("1 betting window past its deadline")
+        elif self.overdue:
             waiting.append(f"{self.overdue} betting windows past their deadline")
+        one = len(waiting) == 1 and (self.jobs == 1 or self.overdue == 1)
         return (
-            f"No worker is consuming the queue {self.queue}: {' and '.join(waiting)} wait, and"
-            " no worker heartbeat is seen. Start `shoebox worker`"
-            + (" --rebuilds." if self.queue == REBUILD_QUEUE else ".")
+            f"No worker is consuming the queue {self.queue}: {' and '.join(waiting)}"
+            f" {'waits' if one else 'wait'}, and no worker heartbeat is seen."
+            " Start `shoebox worker`" + (" --rebuilds." if self.queue == REBUILD_QUEUE else ".")
         )
 
 

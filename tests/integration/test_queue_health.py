@@ -61,7 +61,7 @@ def test_jobs_and_overdue_windows_with_no_worker_say_no_worker_is_consuming_the_
     assert (jobs, scheduled, overdue, workers, unconsumed) == (3, 2, 1, 0, True)
     assert warning is not None
     assert f"No worker is consuming the queue {queue.name}" in warning
-    assert "3 jobs and 1 betting windows past their deadline" in warning
+    assert "3 jobs and 1 betting window past its deadline wait" in warning
     assert "no worker heartbeat is seen" in warning
 
 
@@ -75,7 +75,12 @@ def test_a_worker_with_a_live_heartbeat_consumes_the_queue_and_a_dead_ones_regis
         assert health(queue)[3:] == (1, False, None)
         # A worker killed outright leaves its registration; its key expires with the heartbeat.
         queue.connection.delete(worker.key)
-        assert health(queue)[3:5] == (0, True)
+        assert health(queue)[3:] == (
+            0,
+            True,
+            f"No worker is consuming the queue {queue.name}: 1 job waits, and no worker"
+            " heartbeat is seen. Start `shoebox worker`.",
+        )
     finally:
         worker.register_death()  # type: ignore[no-untyped-call]
 

@@ -126,8 +126,8 @@ function drawQueues(queues) {
     return;
   }
   $("queue").textContent = queues
-    .map((q) => `${q.queue}: ${q.jobs} jobs, ${q.deadlines} windows scheduled, ${q.workers} ${q.workers === 1 ? "worker" : "workers"}`)
-    .join("; ");
+    .map((q) => `${q.queue}: ${q.jobs} jobs waiting, ${q.deadlines} window deadlines on the timer (${q.overdue} overdue), ${q.workers} live ${q.workers === 1 ? "worker" : "workers"}`)
+    .join(" · ");
   // Work waiting with nobody to do it first: that is the one to act on.
   const warnings = [...queues].sort((a, b) => b.unconsumed - a.unconsumed).map((q) => q.warning).filter(Boolean);
   warning.textContent = warnings.join(" ");
