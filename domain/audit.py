@@ -21,3 +21,21 @@ class CheckpointSigned:
     public_key: str
     signature: str
     previous_key_signature: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class TreeCheckpointSigned:
+    """The service signed the root of the log's Merkle tree at `size`, as a C2SP note.
+
+    `note` is the whole signed note: origin, size, base64 root, the extension line binding
+    the chain's head hash at that size, then the log's signature lines and any witnesses'
+    cosignatures. It is signed in the same job as the CheckpointSigned of the same size.
+    """
+
+    type: ClassVar[str] = "TreeCheckpointSigned"
+    origin: str
+    size: int
+    root_hash: str
+    chain_head_hash: str
+    note: str
+    cosigners: tuple[str, ...]

@@ -49,5 +49,6 @@ EVENT_TYPES: Final[frozenset[str]] = frozenset(
         "ApiKeyCreated",
         "ApiKeyRevoked",
         "CheckpointSigned",
+        "TreeCheckpointSigned",
     }
 )
