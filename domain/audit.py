@@ -30,6 +30,8 @@ class TreeCheckpointSigned:
     `note` is the whole signed note: origin, size, base64 root, the extension line binding
     the chain's head hash at that size, then the log's signature lines and any witnesses'
     cosignatures. It is signed in the same job as the CheckpointSigned of the same size.
+    `root_hash` is base64, as in the note; `key_id` is the signed-note key id (8 hex);
+    `cosigners` names the witnesses whose cosignatures the note carries.
     """
 
     type: ClassVar[str] = "TreeCheckpointSigned"
@@ -37,5 +39,6 @@ class TreeCheckpointSigned:
     size: int
     root_hash: str
     chain_head_hash: str
+    key_id: str
     note: str
     cosigners: tuple[str, ...]

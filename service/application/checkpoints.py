@@ -8,16 +8,22 @@ this module is the service's own implementation of it, shared with no verifier.
 
 Rotation: the first checkpoint under a new key also carries the previous key's signature of
 the same message, so a verifier that trusts the old key learns the new one.
+
+With a tree and an origin, the same job also signs the root of the log's Merkle tree at the
+same size as a C2SP note (service/application/tree_notes.py), shows it to the configured
+witnesses for their cosignatures, and appends both checkpoints in one append: the chain's
+head hash rides in the note, so the chain and the tree can never be shown apart.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
 from datetime import datetime
-from typing import Final
+from typing import Final, Protocol
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import (
@@ -26,14 +32,24 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 )
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from domain.audit import CheckpointSigned
+from domain.audit import CheckpointSigned, TreeCheckpointSigned
 from domain.payloads import from_payload, to_payload
 from events.canonical import canonical_json, format_timestamp
+from events.merkle import consistency_proof, root
+from events.merkle_store import TreeStore, integrate
 from events.store import EventStore, NewEvent, RecordedEvent, StreamAppend, to_utc
 from service.application.actor import Actor
+from service.application.tree_notes import (
+    checkpoint_text,
+    note_key_id,
+    signature_line,
+    signed_note,
+)
 
 FORMAT: Final = "shoebox-checkpoint/1"
 STREAM: Final = "audit:checkpoints"
+TREE_STREAM: Final = "audit:tree-checkpoints"
+CHECKPOINT_TYPES: Final = frozenset({CheckpointSigned.type, TreeCheckpointSigned.type})
 SEED_BYTES: Final = 32
 
 
@@ -154,6 +170,42 @@ def from_recorded(event: RecordedEvent) -> CheckpointSigned:
     return from_payload(CheckpointSigned, event.payload)
 
 
+@dataclass(frozen=True, slots=True)
+class Cosignatures:
+    """What the witnesses said of one note: their signature lines, and who they are."""
+
+    lines: tuple[str, ...] = ()
+    cosigners: tuple[str, ...] = ()
+
+
+class Witnesses(Protocol):
+    """The witnesses a tree checkpoint is shown to before it is published."""
+
+    def cosign(
+        self,
+        note: str,
+        size: int,
+        last_sizes: dict[str, int],
+        proof: Callable[[int], list[bytes]],
+    ) -> Cosignatures:
+        """Each reachable witness's cosignature; an unreachable one is left out, never waited on.
+
+        `last_sizes` is the size each witness cosigned last as far as the log knows (a hint:
+        a witness that knows better answers 409 with its size), and `proof(old)` the
+        consistency proof from that size to `size`.
+        """
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class TreeSigning:
+    """What the service needs to sign tree checkpoints: the tree, the log's origin, witnesses."""
+
+    tree: TreeStore
+    origin: str
+    witnesses: Witnesses | None = None
+
+
 class CheckpointService:
     """Signs the log's head and records the checkpoint in the log itself."""
 
@@ -163,11 +215,13 @@ class CheckpointService:
         clock: Callable[[], datetime],
         key: SigningKey,
         previous: SigningKey | None = None,
+        tree: TreeSigning | None = None,
     ) -> None:
         self._store = store
         self._clock = clock
         self._key = key
         self._previous = previous
+        self._tree = tree
 
     def sign_head(self, actor: Actor) -> CheckpointSigned | None:
         """Sign the head now and append the checkpoint; None while the log is empty."""
@@ -179,7 +233,7 @@ class CheckpointService:
     def sign_if_due(self, actor: Actor) -> CheckpointSigned | None:
         """Sign the head unless nothing but a checkpoint was appended since the last one."""
         head = self._head()
-        if head is None or head.type == CheckpointSigned.type:
+        if head is None or head.type in CHECKPOINT_TYPES:
             return None
         return self._sign(head, actor)
 
@@ -187,6 +241,11 @@ class CheckpointService:
         """The log's last checkpoint, if any."""
         last = self._store.last_of_stream(STREAM)
         return None if last is None else from_recorded(last)
+
+    def latest_tree(self) -> TreeCheckpointSigned | None:
+        """The log's last tree checkpoint, if any."""
+        last = self._store.last_of_stream(TREE_STREAM)
+        return None if last is None else from_payload(TreeCheckpointSigned, last.payload)
 
     def _head(self) -> RecordedEvent | None:
         head = self._store.head()
@@ -221,8 +280,53 @@ class CheckpointService:
         )
         version = 0 if last is None else last.version
         event = NewEvent(CheckpointSigned.type, to_payload(checkpoint))  # type: ignore[arg-type]
-        self._store.append([StreamAppend(STREAM, version, [event])], actor.metadata())
+        appends = [StreamAppend(STREAM, version, [event])]
+        if self._tree is not None:
+            appends.append(self._tree_append(self._tree, head))
+        self._store.append(appends, actor.metadata())
         return checkpoint
+
+    def _tree_append(self, signing: TreeSigning, head: RecordedEvent) -> StreamAppend:
+        # The tree at exactly the head's size: integrate() may go past it if another
+        # integrator ran meanwhile, which leaves the root at this size what it was.
+        size = head.position
+        integrate(self._store, signing.tree, up_to=size)
+        tree_root = root(size, signing.tree)
+        text = checkpoint_text(signing.origin, size, tree_root, head.hash)
+        lines = [signature_line(signing.origin, self._key.private, text)]
+        last = self._store.last_of_stream(TREE_STREAM)
+        earlier = None if last is None else from_payload(TreeCheckpointSigned, last.payload)
+        key_id = note_key_id(signing.origin, self._key.private).hex()
+        if earlier is not None and earlier.key_id != key_id:
+            previous = self._previous
+            if previous is None or note_key_id(signing.origin, previous.private).hex() != (
+                earlier.key_id
+            ):
+                raise CheckpointError(
+                    f"the last tree checkpoint was signed by key {earlier.key_id}; give that key"
+                    " as the previous signing key so that it signs the first note of the new one"
+                )
+            lines.append(signature_line(signing.origin, previous.private, text))
+        cosignatures = Cosignatures()
+        if signing.witnesses is not None:
+            last_sizes = {} if earlier is None else dict.fromkeys(earlier.cosigners, earlier.size)
+            cosignatures = signing.witnesses.cosign(
+                signed_note(text, lines),
+                size,
+                last_sizes,
+                lambda old: consistency_proof(old, size, signing.tree),
+            )
+        tree_checkpoint = TreeCheckpointSigned(
+            origin=signing.origin,
+            size=size,
+            root_hash=base64.b64encode(tree_root).decode(),
+            chain_head_hash=head.hash,
+            key_id=key_id,
+            note=signed_note(text, [*lines, *cosignatures.lines]),
+            cosigners=cosignatures.cosigners,
+        )
+        event = NewEvent(TreeCheckpointSigned.type, to_payload(tree_checkpoint))  # type: ignore[arg-type]
+        return StreamAppend(TREE_STREAM, 0 if last is None else last.version, [event])
 
 
 def read_kept(lines: Iterable[str], source: str) -> list[CheckpointSigned]:

@@ -112,9 +112,10 @@ def verify(from_position: int, batch_size: int, kept_file: Path | None) -> None:
 )
 def checkpoint(out: Path | None) -> None:
     """Sign the log's head now, record it in the log, and print it as a JSON line."""
+    from events.merkle_store import PostgresTree
     from service.application.actor import Actor
     from service.application.checkpoints import CheckpointError, document
-    from service.runtime.signing import checkpoint_service, publish
+    from service.runtime.signing import checkpoint_service, publish, publish_note
 
     settings = Settings.from_env()
     if out is not None:
@@ -122,7 +123,10 @@ def checkpoint(out: Path | None) -> None:
     try:
         with database_url(settings) as url, open_pool(url, max_size=1) as pool:
             service = checkpoint_service(
-                settings, PostgresEventStore(pool, upcasters=upcasters()), utc_now
+                settings,
+                PostgresEventStore(pool, upcasters=upcasters()),
+                utc_now,
+                PostgresTree(pool),
             )
             if service is None:
                 raise click.ClickException(
@@ -130,6 +134,7 @@ def checkpoint(out: Path | None) -> None:
                     " (make one with `shoebox keys signing-key create --out FILE`)"
                 )
             signed = service.sign_head(Actor(f"cli:{getpass.getuser()}", "cli"))
+            publish_note(settings, service.latest_tree())
     except CheckpointError as error:
         raise click.ClickException(str(error)) from error
     except psycopg.OperationalError as error:

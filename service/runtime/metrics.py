@@ -69,6 +69,17 @@ WINDOW_CLOSE_DELAY = Histogram(
     "How long after its deadline the worker closed a betting window.",
     buckets=(0.05, 0.1, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0),
 )
+WITNESS_FAILURES = Counter(
+    "shoebox_witness_failures_total",
+    "Tree checkpoints a configured witness did not cosign, by witness and reason; alert on any.",
+    ["witness", "reason"],
+)
+WITNESS_COSIGNED_SIZE = Gauge(
+    "shoebox_witness_cosigned_size",
+    "The largest tree size each witness has cosigned; a witness left behind shows here.",
+    ["witness"],
+    multiprocess_mode="max",
+)
 FEED_CLIENTS = Gauge(
     "shoebox_feed_clients",
     "Live feed connections open now.",

@@ -62,7 +62,8 @@ class VerifierKey:
     @classmethod
     def parse(cls, vkey: str) -> VerifierKey:
         """Read a vkey string; its id must be the one its name and key imply."""
-        parts = vkey.strip().split("+")
+        # The name holds no "+", but base64 may: split at the first two only.
+        parts = vkey.strip().split("+", 2)
         if len(parts) != 3 or not parts[0]:
             raise NoteError("a verifier key is <name>+<hex id>+<base64 key>")
         name, hex_id, encoded = parts

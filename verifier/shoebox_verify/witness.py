@@ -65,7 +65,7 @@ class WitnessKey:
     def read(cls, path: Path) -> WitnessKey:
         """Read `PRIVATE+KEY+<name>+<hex id>+<base64(0x04 || 32-byte seed)>`."""
         text = path.read_text().strip()
-        parts = text.split("+")
+        parts = text.split("+", 4)
         if len(parts) != 5 or parts[:2] != ["PRIVATE", "KEY"]:
             raise WitnessKeyError("a witness key is PRIVATE+KEY+<name>+<hex id>+<base64 key>")
         try:
