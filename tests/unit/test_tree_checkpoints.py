@@ -4,6 +4,7 @@ rotated with both keys, cosigned by witnesses, and checked by the independent ve
 from __future__ import annotations
 
 import base64
+import itertools
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from shoebox_verify.witness import Witness, WitnessKey
 
 from domain.audit import CheckpointSigned, TreeCheckpointSigned
 from events.memory import InMemoryEventStore
+from events.merkle import consistency_proof
 from events.merkle_store import MemoryTree, leaf_entry
 from events.store import EventMetadata, NewEvent, StreamAppend
 from service.application.actor import Actor
@@ -79,9 +81,7 @@ def test_successive_notes_are_consistent_for_the_independent_verifier() -> None:
         noted = service.latest_tree()
         assert noted is not None
         notes.append(open_checkpoint(noted.note, [_vkey(KEY_1)])[1])
-    from events.merkle import consistency_proof
-
-    for old, new in zip(notes, notes[1:], strict=False):
+    for old, new in itertools.pairwise(notes):
         proof = consistency_proof(old.size, new.size, tree)
         check_consistency(old.size, new.size, old.root, new.root, proof)
 
