@@ -23,7 +23,7 @@ from events.store import EventStore, RecordedEvent
 INTEGRATION_BATCH = 5_000
 """Leaves a transaction: enough to share a commit, few enough for a quick backfill step."""
 
-_TREE_MOVED = "SB002"
+_TREE_MOVED = "SB010"
 
 
 class TreeMoved(Exception):  # noqa: N818 - a race to report, not a fault

@@ -28,7 +28,7 @@ CREATE TRIGGER merkle_nodes_no_truncate
 
 -- Adds the nodes finished by leaves [size_before, size_before + leaves). Integrators may race
 -- (any worker may run the checkpoint job): the advisory lock makes them take turns, and one
--- that integrated from a size the tree has already passed is refused (SB002) instead of
+-- that integrated from a size the tree has already passed is refused (SB010) instead of
 -- colliding with the nodes the winner wrote. Level-0 nodes must be exactly the new leaves.
 CREATE FUNCTION merkle_add_nodes(
     size_before bigint, leaves bigint, levels smallint[], idxs bigint[], hashes bytea[]
@@ -44,7 +44,7 @@ BEGIN
         FROM public.merkle_nodes AS n WHERE n.level = 0;
     IF current_size <> size_before THEN
         RAISE EXCEPTION 'the tree has % leaves, not %', current_size, size_before
-            USING ERRCODE = 'SB002';
+            USING ERRCODE = 'SB010';
     END IF;
     SELECT count(*) FILTER (WHERE u.idx >= size_before AND u.idx < size_before + leaves),
            count(*) FILTER (WHERE u.idx < size_before OR u.idx >= size_before + leaves)
@@ -52,7 +52,7 @@ BEGIN
         FROM unnest(levels, idxs) AS u(level, idx) WHERE u.level = 0;
     IF new_leaves <> leaves OR stray <> 0 OR leaves < 1 THEN
         RAISE EXCEPTION 'the batch does not hold exactly leaves % to %',
-            size_before, size_before + leaves - 1 USING ERRCODE = 'SB002';
+            size_before, size_before + leaves - 1 USING ERRCODE = 'SB010';
     END IF;
     INSERT INTO public.merkle_nodes (level, idx, hash)
         SELECT * FROM unnest(levels, idxs, hashes);

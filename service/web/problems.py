@@ -64,6 +64,8 @@ PROBLEM_TITLES: Final[Mapping[str, str]] = {
     "internal-error": "Internal server error",
     "service-unavailable": "The service is unavailable",
     "log-busy": "The log is too busy to record this now; retry shortly",
+    "tree-behind": "The log's Merkle tree does not reach that size yet",
+    "proof-unavailable": "No signed tree checkpoint can prove this at that size",
 }
 
 _SLUG_BY_STATUS: Final[Mapping[int, str]] = {
