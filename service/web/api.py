@@ -39,6 +39,7 @@ from service.web.problems import PROBLEM_MIMETYPE, Problem, ProblemSchema, http_
 
 __all__ = [
     "API_PREFIX",
+    "REQUEST_ID_HEADER",
     "Blueprint",
     "ShoeboxApi",
     "StrictJsonParser",
@@ -50,6 +51,8 @@ __all__ = [
 ]
 
 API_PREFIX: Final = "/v1"
+REQUEST_ID_HEADER: Final = "X-Request-Id"
+"""The header that names a request in its answer and its log line; a caller may choose it."""
 OPERATOR_PARAMETER: Final = "operator"
 OPERATOR_QUERY_PARAMETER: Final[dict[str, Any]] = {
     "in": "query",
