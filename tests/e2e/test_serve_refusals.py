@@ -65,7 +65,8 @@ def test_what_gunicorn_refuses_itself_is_answered_as_a_problem(
             document = json.loads(body)
             assert document["status"] == expected, case
             assert document["type"].startswith("https://shoebox.example/problems/"), case
-            assert document["title"] and document["detail"], case
+            assert document["title"], case
+            assert document["detail"], case
             assert document["request_id"] == headers["x-request-id"], case
         # The server goes on answering.
         assert server.call("GET", "/v1/ping")[0] == 401
