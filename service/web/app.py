@@ -68,6 +68,12 @@ request is a 422 problem; a key whose first request is still running, a 409.
 Errors are RFC 9457 `application/problem+json` documents with `type`, `title`, `status`,
 `detail` and `request_id`; validation errors add `errors` (field, message, location), and a
 refused game rule adds `rule`. Send `X-Request-Id` to choose the request id; it is echoed.
+A request the server cannot read at all (a request line or headers too large, not HTTP) is
+answered with a problem too.
+
+The live feeds are `text/event-stream`. This document is OpenAPI 3.1, which has no
+`itemSchema` (3.2): following schemathesis's convention for event streams under 3.1, a feed's
+`schema` describes one message (`id`, `event`, and `data`, whose JSON `contentSchema` names).
 """
 
 
