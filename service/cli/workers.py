@@ -115,21 +115,17 @@ class ProblemErrors(Worker):  # type: ignore[misc]  # gunicorn is untyped
         """Log `exc` as gunicorn does, and answer with its problem instead of an HTML page."""
         answer = refusal(exc)
         request_id = uuid.uuid4().hex
-        source = (addr or ("", -1))[0]
+        # The fields of the app's own request lines, so that a refusal is found the same way.
+        fields = {"request_id": request_id, "status": answer.problem.status}
         if answer.client_error:
-            self.log.warning(
-                "Invalid request from ip=%s: %s (answered %d, request %s)",
-                source,
-                exc,
-                answer.problem.status,
-                request_id,
-            )
+            source = (addr or ("", -1))[0]
+            self.log.warning("Invalid request from ip=%s: %s", source, exc, extra=fields)
         else:
             self.log.exception(
-                "Error handling request %s %s (request %s)",
+                "Error handling request %s %s",
                 getattr(req, "method", "-"),
                 getattr(req, "uri", "(no URI read)"),
-                request_id,
+                extra=fields,
             )
         try:
             util.write_nonblock(client, problem_response(answer.problem, request_id))

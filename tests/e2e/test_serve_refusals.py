@@ -54,10 +54,14 @@ REFUSED = {
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(
+    "options", [(), ("--worker-class", "gthread", "--threads", "2")], ids=["gevent", "gthread"]
+)
 def test_what_gunicorn_refuses_itself_is_answered_as_a_problem(
-    database: str, tmp_path: Path
+    database: str, tmp_path: Path, options: tuple[str, ...]
 ) -> None:
-    with serve(database, tmp_path / "serve.log") as server:
+    log = tmp_path / "serve.log"
+    with serve(database, log, options=options) as server:
         for case, (request, expected) in REFUSED.items():
             status, headers, body = exchange(server, request)
             assert status == expected, (case, body)
@@ -70,6 +74,11 @@ def test_what_gunicorn_refuses_itself_is_answered_as_a_problem(
             assert document["request_id"] == headers["x-request-id"], case
         # The server goes on answering.
         assert server.call("GET", "/v1/ping")[0] == 401
+    # Each refusal is logged with the request id and status its answer carries.
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    refusals = [line for line in lines if str(line["message"]).startswith("Invalid request")]
+    assert sorted(line["status"] for line in refusals) == sorted(s for _, s in REFUSED.values())
+    assert all(len(line["request_id"]) == 32 for line in refusals)
 
 
 @pytest.mark.slow
