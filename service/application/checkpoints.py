@@ -134,6 +134,11 @@ def document(checkpoint: CheckpointSigned) -> dict[str, object]:
     return {"kind": "checkpoint", **asdict(checkpoint)}
 
 
+def kept_line(checkpoint: CheckpointSigned) -> str:
+    """A checkpoint as exactly one line of a checkpoint file, without its newline."""
+    return json.dumps(document(checkpoint), sort_keys=True, separators=(",", ":"))
+
+
 def verify_signatures(checkpoint: CheckpointSigned, previous: str | None = None) -> None:
     """Raise CheckpointError unless the checkpoint is signed by its key (and `previous`).
 
@@ -354,22 +359,27 @@ def read_kept(lines: Iterable[str], source: str) -> list[CheckpointSigned]:
     return found
 
 
-def check_kept(kept: Sequence[CheckpointSigned], hash_at: Callable[[int], str | None]) -> list[str]:
+def check_kept(
+    kept: Sequence[CheckpointSigned],
+    hash_at: Callable[[int], str | None],
+    trusted: Sequence[str] = (),
+) -> list[str]:
     """What is wrong between kept checkpoints and a log, one line each; empty if it extends them.
 
-    The keys are followed in file order: the first is trusted as given, and each later key
-    must be endorsed by the one before. `hash_at` is the log's hash at a position, or None
-    where the log has no such event (a log cut short).
+    The keys are followed in file order, as docs/verification.md says: the first key must be
+    one of `trusted` (public keys as hex) or be endorsed by one, or, with none given, is
+    trusted on first use; each later key must be endorsed by the key in use before it, which
+    is then retired. `hash_at` is the log's hash at a position, or None where the log has no
+    such event (a log cut short).
     """
     problems: list[str] = []
-    current: str | None = None
+    chain = _KeyChain(tuple(trusted))
     for checkpoint in kept:
         try:
-            verify_signatures(checkpoint, previous=current)
+            chain.accept(checkpoint)
         except CheckpointError as error:
             problems.append(f"checkpoint at position {checkpoint.position}: {error}")
             continue
-        current = checkpoint.public_key
         found = hash_at(checkpoint.position)
         if found is None:
             problems.append(
@@ -382,3 +392,38 @@ def check_kept(kept: Sequence[CheckpointSigned], hash_at: Callable[[int], str | 
                 f" {found}, the signed head was {checkpoint.head_hash}; the log was rewritten"
             )
     return problems
+
+
+class _KeyChain:
+    """The signing keys trusted so far, followed through their rotations in file order."""
+
+    def __init__(self, trusted: tuple[str, ...]) -> None:
+        self._trusted = trusted
+        self._current: str | None = None
+        self._retired: set[str] = set()
+
+    def accept(self, checkpoint: CheckpointSigned) -> None:
+        """Take the checkpoint's key as current, or raise CheckpointError if it is not trusted."""
+        verify_signatures(checkpoint)
+        if checkpoint.key_id in self._retired:
+            raise CheckpointError(f"key {checkpoint.key_id[:16]} was rotated out before this")
+        if checkpoint.public_key == self._current:
+            return
+        if self._current is None and (not self._trusted or checkpoint.public_key in self._trusted):
+            self._current = checkpoint.public_key
+            return
+        # A new key: the key in use before (or, at the start, a trusted key) must endorse it.
+        endorsers = (self._current,) if self._current is not None else self._trusted
+        for endorser in endorsers:
+            try:
+                verify_signatures(checkpoint, previous=endorser)
+            except CheckpointError:
+                continue
+            self._retired.add(key_id(endorser))
+            self._current = checkpoint.public_key
+            return
+        raise CheckpointError(
+            f"key {checkpoint.key_id[:16]} is not trusted: neither "
+            + ("a trusted key" if self._current is None else "the key in use before")
+            + " endorses it with a valid previous_key_signature"
+        )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable
 from datetime import datetime
@@ -16,7 +15,7 @@ from service.application.checkpoints import (
     CheckpointService,
     SigningKey,
     TreeSigning,
-    document,
+    kept_line,
 )
 from service.application.tree_notes import EXAMPLE_ORIGIN
 from service.runtime.settings import Settings, SettingsError
@@ -115,6 +114,5 @@ def publish(settings: Settings, checkpoint: CheckpointSigned) -> None:
     """Append the checkpoint to the settings' checkpoint file, if one is named."""
     if settings.checkpoint_file is None:
         return
-    line = json.dumps(document(checkpoint), sort_keys=True, separators=(",", ":"))
     with settings.checkpoint_file.open("a") as file:
-        file.write(line + "\n")
+        file.write(kept_line(checkpoint) + "\n")

@@ -18,7 +18,7 @@ from werkzeug.wrappers import Response as BaseResponse
 
 from domain.ids import is_id
 from service.runtime.web_sessions import PLAY, WebSession
-from service.web.pages import pages
+from service.web.pages.context import pages
 from service.web.pages.gateway import ApiAnswer
 from service.web.pages.sessions import (
     FORM_TOKEN_FIELD,
