@@ -167,6 +167,35 @@ def checkpoint(out: Path | None) -> None:
     click.echo(kept_line(signed))
 
 
+@audit.command("tree")
+def tree() -> None:
+    """Bring the log's Merkle tree up to the head now, and print its size and root.
+
+    The checkpoint job does this before it signs; run it once by hand to backfill the tree of
+    a long log before the first tree checkpoint (each batch is its own transaction, so it
+    can be stopped and resumed).
+    """
+    import base64
+
+    from events.merkle import root
+    from events.merkle_store import PostgresTree, integrate
+
+    settings = Settings.from_env()
+    started = time.monotonic()
+    try:
+        with database_url(settings) as url, open_pool(url, max_size=1) as pool:
+            store, nodes = PostgresEventStore(pool, upcasters=upcasters()), PostgresTree(pool)
+            before = nodes.size()
+            size = integrate(store, nodes, up_to=store.head())
+            tree_root = root(size, nodes)
+    except psycopg.OperationalError as error:
+        raise AuditUnavailable(f"cannot reach the database: {error}") from error
+    click.echo(
+        f"tree: {size} leaves ({size - before} added in {time.monotonic() - started:.1f} s),"
+        f" root {base64.b64encode(tree_root).decode()}"
+    )
+
+
 def _what(link: ChainBreak) -> str:
     """What is wrong at a broken link, on one line."""
     if link.kind is BreakKind.UNREADABLE:

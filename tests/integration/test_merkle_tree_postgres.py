@@ -50,3 +50,26 @@ def test_a_batch_that_does_not_hold_exactly_its_leaves_is_refused(app_pool: Pool
             " ARRAY[decode(repeat('00', 32), 'hex')])"
         )
     assert tree.size() == 0
+
+
+def test_shoebox_audit_tree_backfills_the_tree_of_an_existing_log(
+    fresh_database: str, app_pool: Pool
+) -> None:
+    import base64
+
+    from click.testing import CliRunner
+
+    from events.merkle import root
+    from service.cli import main
+
+    log = PostgresEventStore(app_pool, StepClock())
+    grow(log, 12)
+    head = log.head()
+    first = CliRunner().invoke(main, ["audit", "tree"], env={"DATABASE_URL": fresh_database})
+    assert first.exit_code == 0, first.output
+    tree = PostgresTree(app_pool)
+    assert tree.size() == head
+    assert f"tree: {head} leaves ({head} added" in first.output
+    assert base64.b64encode(root(head, tree)).decode() in first.output
+    again = CliRunner().invoke(main, ["audit", "tree"], env={"DATABASE_URL": fresh_database})
+    assert f"tree: {head} leaves (0 added" in again.output
