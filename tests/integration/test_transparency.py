@@ -371,3 +371,33 @@ def test_the_vkey_of_the_service_matches_its_published_form() -> None:
     public = base64.b64decode(material)[1:]
     assert name == ORIGIN
     assert key_id == hashlib.sha256(ORIGIN.encode() + b"\n\x01" + public).digest()[:4].hex()
+
+
+def test_the_chain_and_the_tree_must_tell_one_history(served: Served, tmp_path: Path) -> None:
+    from service.application.checkpoints import kept_line, message
+
+    served.play_round()
+    signed = served.signer.sign_head(SIGNER)
+    latest = served.signer.latest_tree()
+    assert signed is not None
+    assert latest is not None
+    kept = tmp_path / "kept.jsonl"
+    kept.write_text(kept_line(signed) + "\n")
+    answer = served.api.call(
+        "GET", f"/v1/rounds/T1-1/proof?size={latest.size}", role=Role.REGULATOR
+    )
+    proof = tmp_path / "round.json"
+    proof.write_text(answer.get_data(as_text=True))
+    bound = verify("proof", str(proof), "--key", VKEY, "--checkpoint", str(kept))
+    assert bound.returncode == 0, bound.stdout + bound.stderr
+    # The same key signs a chain head of another history at the same position.
+    other_head = "f" * 64
+    forged = replace(
+        signed,
+        head_hash=other_head,
+        signature=KEY.sign(message(signed.position, other_head, signed.key_id, signed.recorded_at)),
+    )
+    kept.write_text(kept_line(forged) + "\n")
+    two = verify("proof", str(proof), "--key", VKEY, "--checkpoint", str(kept))
+    assert two.returncode == 1, two.stdout + two.stderr
+    assert "two histories" in two.stdout

@@ -27,6 +27,7 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
+from shoebox_verify.checkpoints import CheckpointError, read_file, signature_valid
 from shoebox_verify.merkle import MerkleProofError, check_consistency
 from shoebox_verify.note import (
     NoteError,
@@ -39,6 +40,7 @@ from shoebox_verify.roundproof import RoundProofError, check_round_proof
 from shoebox_verify.witness import Witness, WitnessKey, WitnessKeyError, serve
 
 COMMANDS = ("proof", "consistency", "monitor", "witness")
+CHAIN_HEAD = "shoebox-chain-head "
 EXIT_OK, EXIT_REFUSED, EXIT_UNREADABLE = 0, 1, 2
 _TIMEOUT = 10.0
 
@@ -81,6 +83,12 @@ def _policy(parser: argparse.ArgumentParser) -> None:
         default=0,
         metavar="K",
         help="demand cosignatures from at least K of the --witness-key witnesses",
+    )
+    parser.add_argument(
+        "--checkpoint",
+        metavar="FILE",
+        help="a kept file of the log's JSON checkpoints: the note's chain head must be the"
+        " head hash of the one signed at the note's size, by the same key",
     )
 
 
@@ -137,7 +145,39 @@ def _checkpoint(raw: str, arguments: argparse.Namespace, where: str) -> TreeChec
             witnessed_by(note, arguments.witness_key, arguments.quorum)
     except NoteError as error:
         raise _RefusedError(f"{where}: {error}") from None
+    if arguments.checkpoint is not None:
+        _bound(checkpoint, arguments, where)
     return checkpoint
+
+
+def _bound(checkpoint: TreeCheckpoint, arguments: argparse.Namespace, where: str) -> None:
+    # The chain and the tree are one history only if the chain's head at the note's size is
+    # the one the note names, under a JSON checkpoint signed by the same key.
+    head = checkpoint.extension(CHAIN_HEAD)
+    if head is None:
+        raise _RefusedError(f"{where}: the note names no chain head ({CHAIN_HEAD.strip()})")
+    try:
+        kept = read_file(arguments.checkpoint)
+    except (OSError, CheckpointError) as error:
+        raise _UnreadableError(f"{arguments.checkpoint}: {error}") from None
+    keys = {key.public_key for key in arguments.key}
+    for _, json_checkpoint in kept:
+        if json_checkpoint.position != checkpoint.size:
+            continue
+        signed = signature_valid(
+            json_checkpoint.public_key, json_checkpoint.message, json_checkpoint.signature
+        )
+        if not signed or json_checkpoint.public_key not in keys:
+            raise _RefusedError(
+                f"{where}: the JSON checkpoint at {checkpoint.size} is not the log key's"
+            )
+        if json_checkpoint.head_hash != head:
+            raise _RefusedError(
+                f"{where}: the chain's head at {checkpoint.size} is {json_checkpoint.head_hash},"
+                f" the note names {head}: the chain and the tree tell two histories"
+            )
+        return
+    print(f"note: {where}: no JSON checkpoint at size {checkpoint.size} in {arguments.checkpoint}")
 
 
 def _get(url: str, token: str | None) -> str:
@@ -172,6 +212,12 @@ def _consistent(old: TreeCheckpoint, new: TreeCheckpoint, proof: list[bytes]) ->
 
 
 def _proof(arguments: argparse.Namespace) -> str:
+    if arguments.checkpoint is not None:
+        try:
+            note = json.loads(_read(arguments.file))["checkpoint"]
+        except (ValueError, KeyError, TypeError) as error:
+            raise _RefusedError(f"not a round's proof: {error}") from None
+        _checkpoint(str(note), arguments, "the proof's checkpoint")
     try:
         report = check_round_proof(
             _read(arguments.file), arguments.key, arguments.witness_key, arguments.quorum
