@@ -71,7 +71,10 @@ def test_the_deal_answers_with_the_callers_wallet_after_the_settlement_and_no_on
     # Deal pressed while Bob has still to act moves none of Alice's money.
     assert waiting["coup"] is None
     assert waiting["balance_after"] is None
-    dealt = api.act("T1", "deal", "bob")
+    keyed = {"Idempotency-Key": "bob-deal-1"}
+    answer = api.call("POST", "/v1/tables/T1/deal", {"player_id": "bob"}, headers=keyed)
+    assert answer.status_code == 200
+    dealt = answer.get_json()
     assert dealt["coup"]["outcome"] == "banker"
     # Bob's deal settles Alice too, but the answer is Bob's: his wallet, and only his.
     assert dealt["balance_after"] == {
@@ -82,6 +85,11 @@ def test_the_deal_answers_with_the_callers_wallet_after_the_settlement_and_no_on
     assert dealt["balance_after"] == _wallet(api, "bob")
     assert "alice" not in str(dealt["balance_after"])
     assert _wallet(api, "alice")["available_pence"] == FLOAT + 950
+    # Bob's retry, after he has bet again: the first answer, his balance then included.
+    api.bet("T1", "bob", "tie", 100)
+    again = api.call("POST", "/v1/tables/T1/deal", {"player_id": "bob"}, headers=keyed)
+    assert again.headers[REPLAYED_HEADER] == "true"
+    assert again.get_data() == answer.get_data()
 
 
 def test_a_retried_bet_replays_the_balance_its_first_answer_carried() -> None:
