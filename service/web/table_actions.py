@@ -175,10 +175,11 @@ class TableActionSchema(ma.Schema):
         required=True,
         allow_none=True,
         metadata={
-            "description": "The acting player's wallet just after this command, exactly (not"
-            " the read model's): null when the command moved none of their money (Deal"
-            " pressed while others still have to act, a seat taken). Other players'"
-            " balances are theirs, and never in the answer."
+            "description": "The wallet of `player_id` (the player who acts; for a removal,"
+            " the player removed) just after this command, exactly (not the read model's):"
+            " null when the command moved none of their money (Deal pressed while others"
+            " still have to act, a seat taken). Other players' balances are theirs, and never"
+            " in the answer."
         },
     )
 
@@ -215,7 +216,7 @@ def table_action(
 
     Positions are no part of it, so it is the same from the prepared outcome, before the
     append, as from the receipt after: the answer can be stored by the append itself.
-    `balance_after` is the acting player's wallet just after the command, if it moved it.
+    `balance_after` is `player_id`'s wallet just after the command, if it moved it.
     """
     collected = _Collected(player_id)
     for event in receipt.events:
