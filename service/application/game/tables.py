@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime
 from typing import Protocol
 
@@ -54,9 +55,9 @@ from domain.wallet import (
     Wallet,
 )
 from events.snapshots import SnapshotStore
-from events.store import AppendResult, EventStore, StreamAppend
+from events.store import AppendResult, EventStore, JsonValue, StreamAppend
 from service.application.actor import Actor
-from service.application.appends import DEFAULT_ATTEMPTS, Prepared, Receipt, run_command
+from service.application.appends import DEFAULT_ATTEMPTS, Outcome, Prepared, Receipt, run_command
 from service.application.errors import RoundNotFound, ServiceError, TableNotFound
 from service.application.game.plan import NewShoe, NothingDue, Plan, ShoeCards
 from service.application.game.views import LiveState, live_state
@@ -69,7 +70,7 @@ from service.application.streams import (
     to_new_event,
     wallet_stream,
 )
-from service.application.wallets import WalletCache
+from service.application.wallets import Balance, MoneyOutcome, WalletCache
 
 log = logging.getLogger(__name__)
 
@@ -291,6 +292,7 @@ class GameService:
     ) -> Receipt:
         new_shoe: list[NewShoe | None] = [None]
         attempted = [False]
+        planned: list[Plan] = []
 
         def plan_command(trust_cache: bool) -> Plan:
             now = self._clock()
@@ -327,8 +329,20 @@ class GameService:
             # Set first: a conflict raised while planning (a stale read) must not leave the
             # retry trusting the same stale cache.
             attempted[0] = True
-            return self._prepared(plan_command(trust_cache))
+            plan = plan_command(trust_cache)
+            planned[:] = [plan]
+            return self._prepared(plan)
 
+        respond = actor.respond
+        if respond is not None:
+
+            def respond_with_balances(outcome: Outcome) -> JsonValue:
+                # run_command answers the outcome of the plan it has just prepared.
+                (plan,) = planned
+                balances = _balances_after(plan)
+                return respond(MoneyOutcome(outcome.events, outcome.versions, balances))
+
+            actor = replace(actor, respond=respond_with_balances)
         return run_command(self._store, actor, prepare, self._attempts)
 
     def _catch_up(self, table_id: str, actor: Actor = SYSTEM) -> Receipt | None:
@@ -509,3 +523,11 @@ class GameService:
             # The window is also closed lazily by the next request, so a scheduler outage
             # delays a table rather than failing a bet that is already recorded.
             log.exception("could not schedule the window of round %s", round_id)
+
+
+def _balances_after(plan: Plan) -> dict[str, Balance]:
+    """Each wallet the plan moves, as it will stand once its append is recorded."""
+    return {
+        player_id: Balance(player_id, wallet.available, wallet.reserved, version + len(events))
+        for player_id, (version, wallet, events) in plan.wallets.items()
+    }

@@ -11,7 +11,7 @@ from service.web.api import Blueprint, actor, container
 from service.web.auth import roles
 from service.web.fields import PLAYER_ID_PARAMETER, TABLE_ID_PARAMETER
 from service.web.operators import player_field
-from service.web.table_actions import TableAction, TableActionSchema, table_action
+from service.web.table_actions import TableAction, TableActionSchema, answered_with_balance
 
 blp = Blueprint("seats", __name__, url_prefix="/tables", description="Seats: sit down and leave.")
 
@@ -39,7 +39,7 @@ class Seats(MethodView):
         """Sit a player at a free seat; during a round they play from the next one."""
         player_id = sitting["player_id"]
         receipt = container().games.sit(table_id, player_id, sitting["seat"], actor())
-        return table_action(table_id, player_id, receipt)
+        return answered_with_balance(table_id, player_id, container().wallets)(receipt)
 
 
 @blp.route(
@@ -53,4 +53,4 @@ class Seat(MethodView):
     def delete(self, table_id: str, player_id: str) -> TableAction:
         """Leave the table: bets not yet confirmed come back; confirmed ones stay in play."""
         receipt = container().games.leave(table_id, player_id, actor())
-        return table_action(table_id, player_id, receipt)
+        return answered_with_balance(table_id, player_id, container().wallets)(receipt)
