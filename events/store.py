@@ -257,6 +257,17 @@ class EventStore(ABC):
         """Keep a live shoe's server seed outside the log until the shoe is revealed."""
 
     @abstractmethod
+    def claim_shoe_secret(
+        self, table_id: str, nonce: int, shoe_id: str, server_seed: str
+    ) -> tuple[str, str]:
+        """The shoe id and seed kept for a table's `nonce`-th shoe: these, unless some already are.
+
+        At most one seed is ever kept for a table's nonce, so every opening of that shoe (a
+        retry, a twin racing it in another process) publishes the same one, and none is left
+        behind unpublished by an opening that lost its race.
+        """
+
+    @abstractmethod
     def load_shoe_secret(self, shoe_id: str) -> str | None:
         """A live shoe's server seed, or None if none was stored."""
 
