@@ -28,6 +28,7 @@ from domain.round import (
 )
 from domain.table import (
     TABLE_EVENT_TYPES,
+    PlayerChangedSeat,
     PlayerLeft,
     PlayerRemoved,
     PlayerSat,
@@ -209,7 +210,7 @@ def table_action(table_id: str, player_id: str | None, receipt: Receipt | Outcom
         if round_id is None and is_round_event(event) and _acts(event, player_id):
             round_id = event.round_id
         match event:
-            case PlayerSat() | PlayerLeft() if event.player_id == player_id:
+            case PlayerSat() | PlayerLeft() | PlayerChangedSeat() if event.player_id == player_id:
                 seat = event.seat
             case PlayerRemoved() if event.player_id == player_id:
                 seat = event.seat

@@ -26,6 +26,7 @@ from domain.round import (
 )
 from domain.shoe import ServerSeed, random_client_seed
 from domain.table import (
+    ChangeSeat,
     CloseWindow,
     CreateTable,
     DealCoup,
@@ -193,6 +194,12 @@ class GameService:
         """Take a free seat; during a round the player plays from the next one."""
         return self._command(
             table_id, actor, lambda plan, now: plan.run(SitDown(player_id, seat), now)
+        )
+
+    def change_seat(self, table_id: str, player_id: str, seat: int, actor: Actor) -> Receipt:
+        """Move to another free seat between hands, in one step; refused while one has bets."""
+        return self._command(
+            table_id, actor, lambda plan, now: plan.run(ChangeSeat(player_id, seat), now)
         )
 
     def leave(self, table_id: str, player_id: str, actor: Actor) -> Receipt:
