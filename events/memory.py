@@ -154,13 +154,6 @@ class InMemoryEventStore(EventStore):
                 raise UnknownIdempotencyKey(key)
             return self._responses.setdefault(key, response)
 
-    def store_shoe_secret(self, shoe_id: str, server_seed: str) -> None:
-        """Keep a live shoe's server seed outside the log until the shoe is revealed."""
-        with self._lock:
-            if shoe_id in self._shoe_secrets:
-                raise ShoeSecretAlreadyStored(shoe_id)
-            self._shoe_secrets[shoe_id] = server_seed
-
     def claim_shoe_secret(
         self, table_id: str, nonce: int, shoe_id: str, server_seed: str
     ) -> tuple[str, str]:

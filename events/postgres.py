@@ -130,7 +130,6 @@ SELECT r.response FROM idempotency_responses AS r
 WHERE r.key = %s AND NOT EXISTS (SELECT 1 FROM inserted)
 """
 _FIND_RESPONSE = "SELECT response FROM idempotency_responses WHERE key = %s"
-_INSERT_SECRET = "INSERT INTO shoe_secrets (shoe_id, server_seed, created_at) VALUES (%s, %s, %s)"  # noqa: S105
 _LOAD_SECRET = "SELECT server_seed FROM shoe_secrets WHERE shoe_id = %s"  # noqa: S105
 # Through shoe_secrets_table_nonce (0021), the unique index the conflict is on.
 _CLAIM_SECRET = """
@@ -701,15 +700,6 @@ class PostgresEventStore(EventStore):
         assert row is not None  # inserted, or lost to a twin whose row now exists
         stored: JsonValue = row[0]
         return stored
-
-    def store_shoe_secret(self, shoe_id: str, server_seed: str) -> None:
-        """Keep a live shoe's server seed outside the log until the shoe is revealed."""
-        created_at = to_utc(self._clock())
-        try:
-            with _one_statement(self._pool) as conn:
-                conn.execute(_INSERT_SECRET, [shoe_id, server_seed, created_at])
-        except psycopg.errors.UniqueViolation as error:
-            raise ShoeSecretAlreadyStored(shoe_id) from error
 
     def claim_shoe_secret(
         self, table_id: str, nonce: int, shoe_id: str, server_seed: str

@@ -253,10 +253,6 @@ class EventStore(ABC):
         """
 
     @abstractmethod
-    def store_shoe_secret(self, shoe_id: str, server_seed: str) -> None:
-        """Keep a live shoe's server seed outside the log until the shoe is revealed."""
-
-    @abstractmethod
     def claim_shoe_secret(
         self, table_id: str, nonce: int, shoe_id: str, server_seed: str
     ) -> tuple[str, str]:

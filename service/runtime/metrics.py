@@ -146,10 +146,6 @@ class MeteredEventStore(EventStore):
         """The inner store's record_response."""
         return self._inner.record_response(key, response)
 
-    def store_shoe_secret(self, shoe_id: str, server_seed: str) -> None:
-        """The inner store's store_shoe_secret."""
-        self._inner.store_shoe_secret(shoe_id, server_seed)
-
     def claim_shoe_secret(
         self, table_id: str, nonce: int, shoe_id: str, server_seed: str
     ) -> tuple[str, str]:

@@ -460,12 +460,12 @@ class EventStoreContract:
 
     def test_shoe_secrets_are_kept_out_of_the_log(self, store: EventStore) -> None:
         seed = "3f1c9a0b7d2e4f6a8c1b3d5e7f9a0c2e4b6d8f1a3c5e7092b4d6f8a1c3e5f709"
-        store.store_shoe_secret("shoe:T1:1", seed)
+        store.claim_shoe_secret("T1", 1, "shoe:T1:1", seed)
         store.append(one("shoe:T1:1", 0, NewEvent("ShoeOpened", {"nonce": 1})), DEALER)
         assert store.load_shoe_secret("shoe:T1:1") == seed
         assert store.load_shoe_secret("shoe:T1:2") is None
         with pytest.raises(ShoeSecretAlreadyStored):
-            store.store_shoe_secret("shoe:T1:1", "0" * 64)
+            store.claim_shoe_secret("T2", 1, "shoe:T1:1", "0" * 64)
         assert store.load_shoe_secret("shoe:T1:1") == seed
         assert all(seed not in repr(event) for event in store.read_all())
 

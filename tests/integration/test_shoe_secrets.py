@@ -26,7 +26,8 @@ WHERE NOT EXISTS (
 
 class SeedsStoredTogether(PostgresEventStore):
     """A store whose first seed writes wait for each other, so both openings store before
-    either appends: the race that used to leave the loser's seed orphaned, every time."""
+    either appends: the race that used to leave the loser's seed orphaned, every time (when
+    a seed was stored under its shoe id alone, this class also paused that store)."""
 
     def __init__(self, pool: Pool, barrier: threading.Barrier) -> None:
         super().__init__(pool, clock)
@@ -37,10 +38,6 @@ class SeedsStoredTogether(PostgresEventStore):
         if not self._waited:
             self._waited = True
             self._barrier.wait(timeout=30)
-
-    def store_shoe_secret(self, shoe_id: str, server_seed: str) -> None:
-        super().store_shoe_secret(shoe_id, server_seed)
-        self._wait_once()
 
     def claim_shoe_secret(
         self, table_id: str, nonce: int, shoe_id: str, server_seed: str
