@@ -22,46 +22,33 @@ def _imports(graph: grimp.ImportGraph) -> dict[str, set[str]]:
     return {module: graph.find_modules_directly_imported_by(module) for module in graph.modules}
 
 
+def _reachable(imports: Mapping[str, Set[str]], start: str) -> set[str]:
+    """Every module `start` imports, directly or through others."""
+    seen: set[str] = set()
+    frontier = [start]
+    while frontier:
+        for target in imports.get(frontier.pop(), ()):
+            if target not in seen:
+                seen.add(target)
+                frontier.append(target)
+    return seen
+
+
 def strongly_connected(imports: Mapping[str, Set[str]]) -> Iterator[set[str]]:
-    """Every strongly connected component of the graph with more than one module (Tarjan's)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    for root in sorted(imports):
-        if root in index:
+    """Every set of two or more modules that each import all the others, through others.
+
+    By reachability from each module: quadratic, and plain to read, which matters more than
+    speed for a graph of a few hundred modules.
+    """
+    reach = {module: _reachable(imports, module) for module in imports}
+    placed: set[str] = set()
+    for module in sorted(imports):
+        if module in placed or module not in reach[module]:
             continue
-        # Iterative, so that a deep chain of imports cannot reach the recursion limit.
-        work: list[tuple[str, Iterator[str]]] = [(root, iter(sorted(imports[root])))]
-        index[root] = low[root] = len(index)
-        stack.append(root)
-        on_stack.add(root)
-        while work:
-            module, targets = work[-1]
-            target = next(targets, None)
-            if target is not None:
-                if target not in index:
-                    index[target] = low[target] = len(index)
-                    stack.append(target)
-                    on_stack.add(target)
-                    work.append((target, iter(sorted(imports.get(target, ())))))
-                elif target in on_stack:
-                    low[module] = min(low[module], index[target])
-                continue
-            work.pop()
-            if work:
-                parent = work[-1][0]
-                low[parent] = min(low[parent], low[module])
-            if low[module] == index[module]:
-                component: set[str] = set()
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    component.add(member)
-                    if member == module:
-                        break
-                if len(component) > 1:
-                    yield component
+        component = {other for other in reach[module] if module in reach.get(other, ())}
+        placed |= component
+        if len(component) > 1:
+            yield component
 
 
 def shortest_cycle(imports: Mapping[str, Set[str]], component: Set[str]) -> list[str]:
