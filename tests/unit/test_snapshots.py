@@ -286,3 +286,14 @@ def test_any_built_state_comes_back_from_its_document(root: type[object]) -> Non
         _round_trips(state, root)
 
     round_trip()
+
+
+def test_the_codec_bench_checks_that_both_codecs_write_one_document() -> None:
+    from bench import snapshot_codec
+    from service.application import snapshots
+
+    table, wallets = snapshot_codec.played(3)
+    # Today's codec as its own baseline: the bench runs, and compares documents before timing.
+    figures = snapshot_codec.measure(table, Table, snapshots, repeats=1)
+    assert figures["bytes"] > 0
+    assert snapshot_codec.measure(wallets[0], Wallet, snapshots, repeats=1)["encode"] > 0
