@@ -157,9 +157,11 @@ class MeteredEventStore(EventStore):
         """The inner store's record_response."""
         return self._inner.record_response(key, response)
 
-    def store_shoe_secret(self, shoe_id: str, server_seed: str) -> None:
-        """The inner store's store_shoe_secret."""
-        self._inner.store_shoe_secret(shoe_id, server_seed)
+    def claim_shoe_secret(
+        self, table_id: str, nonce: int, shoe_id: str, server_seed: str
+    ) -> tuple[str, str]:
+        """The inner store's claim_shoe_secret."""
+        return self._inner.claim_shoe_secret(table_id, nonce, shoe_id, server_seed)
 
     def load_shoe_secret(self, shoe_id: str) -> str | None:
         """The inner store's load_shoe_secret."""

@@ -29,6 +29,7 @@ from domain.round import (
 )
 from domain.table import (
     TABLE_EVENT_TYPES,
+    PlayerChangedSeat,
     PlayerLeft,
     PlayerRemoved,
     PlayerSat,
@@ -278,7 +279,7 @@ class _Collected:
         if collect is not None:
             collect(self, event)
 
-    def _seat(self, event: PlayerSat | PlayerLeft | PlayerRemoved) -> None:
+    def _seat(self, event: PlayerSat | PlayerLeft | PlayerRemoved | PlayerChangedSeat) -> None:
         if event.player_id == self.player_id:
             self.seat = event.seat
 
@@ -355,6 +356,7 @@ _COLLECTORS: Final[dict[type[Any], Callable[[_Collected, Any], None]]] = {
     PlayerSat: _Collected._seat,
     PlayerLeft: _Collected._seat,
     PlayerRemoved: _Collected._seat,
+    PlayerChangedSeat: _Collected._seat,
     BetPlaced: _Collected._bet,
     StakeReturned: _Collected._returned,
     PlayerExcluded: _Collected._excluded,

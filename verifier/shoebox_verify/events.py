@@ -18,6 +18,7 @@ EVENT_TYPES: Final[frozenset[str]] = frozenset(
         "ClientSeedRotated",
         "PlayerSat",
         "PlayerLeft",
+        "PlayerChangedSeat",
         "PlayerRemoved",
         "PlayerMuted",
         "PlayerUnmuted",

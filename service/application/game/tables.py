@@ -27,6 +27,7 @@ from domain.round import (
 )
 from domain.shoe import ServerSeed, random_client_seed
 from domain.table import (
+    ChangeSeat,
     CloseWindow,
     CreateTable,
     DealCoup,
@@ -194,6 +195,12 @@ class GameService:
         """Take a free seat; during a round the player plays from the next one."""
         return self._command(
             table_id, actor, lambda plan, now: plan.run(SitDown(player_id, seat), now)
+        )
+
+    def change_seat(self, table_id: str, player_id: str, seat: int, actor: Actor) -> Receipt:
+        """Move to another free seat between hands, in one step; refused while one has bets."""
+        return self._command(
+            table_id, actor, lambda plan, now: plan.run(ChangeSeat(player_id, seat), now)
         )
 
     def leave(self, table_id: str, player_id: str, actor: Actor) -> Receipt:
@@ -415,7 +422,7 @@ class GameService:
         if shoe is not None and not shoe.retired and not shoe.can_deal:
             plan.run(RetireShoe(), now)
             plan.run(RevealShoe(shoe.shoe_id, self._secret(shoe.shoe_id)), now)
-            self._shoes.forget(shoe.shoe_id)
+            self._shoes.forget(_cards_key(shoe.shoe_id, shoe.client_seed))
 
     def _open_shoe_for_new_round(self, plan: Plan, player_id: str, now: datetime) -> None:
         """Before a bet that opens a round, open a shoe so its commitment precedes the bets."""
@@ -423,7 +430,7 @@ class GameService:
             self._ensure_shoe(plan, now)
 
     def _ensure_shoe(self, plan: Plan, now: datetime) -> None:
-        """Open a shoe unless a live one is open; its seed is stored just before the append."""
+        """Open a shoe unless a live one is open; its seed is claimed before it is published."""
         table = plan.table
         if table.live_shoe is not None:
             return
@@ -435,12 +442,12 @@ class GameService:
         nonce = table.shoes_opened + 1
         new = plan.new_shoe
         if new is None or new.nonce != nonce:
-            new = NewShoe(uuid.uuid4().hex, self._seeds(), nonce)
+            new = self._claim_shoe(plan.table_id, nonce)
         plan.new_shoe = new
         # A client seed ops rotated in (ClientSeedRotated) is the one this shoe must open with.
         client_seed = table.next_client_seed or self._client_seeds()
         shuffled = new.seed.shuffle(client_seed, nonce, table.settings.decks)
-        self._shoes.put(new.shoe_id, shuffled.cards)
+        self._shoes.put(_cards_key(new.shoe_id, client_seed), shuffled.cards)
         plan.run(
             OpenShoe(
                 shoe_id=new.shoe_id,
@@ -453,8 +460,22 @@ class GameService:
             now,
         )
 
+    def _claim_shoe(self, table_id: str, nonce: int) -> NewShoe:
+        """The shoe that opens as the table's `nonce`-th: its seed stored before it is published.
+
+        The seed kept for this table and nonce, if an earlier attempt stored one, else a new
+        one. Safe to reuse: a table publishes a nonce's commitment once, in that nonce's own
+        ShoeOpened, and the table is not past this nonce (or the append below is refused as
+        stale), so the kept seed was never published (docs/verification.md).
+        """
+        shoe_id, seed = self._store.claim_shoe_secret(
+            table_id, nonce, uuid.uuid4().hex, self._seeds().reveal()
+        )
+        return NewShoe(shoe_id, ServerSeed(seed), nonce)
+
     def _cards(self, shoe: Shoe) -> tuple[Card, ...]:
-        cards = self._shoes.get(shoe.shoe_id)
+        key = _cards_key(shoe.shoe_id, shoe.client_seed)
+        cards = self._shoes.get(key)
         if cards is None:
             shuffled = ServerSeed(self._secret(shoe.shoe_id)).shuffle(
                 shoe.client_seed, shoe.nonce, shoe.decks
@@ -462,7 +483,7 @@ class GameService:
             if shuffled.hands != shoe.hands:
                 raise RuntimeError(f"shoe {shoe.shoe_id}'s stored seed does not match its log")
             cards = shuffled.cards
-            self._shoes.put(shoe.shoe_id, cards)
+            self._shoes.put(key, cards)
         return cards
 
     def _secret(self, shoe_id: str) -> str:
@@ -493,12 +514,6 @@ class GameService:
         return limit.limit
 
     def _prepared(self, plan: Plan) -> Prepared:
-        new_shoe = plan.new_shoe
-        if new_shoe is not None and not new_shoe.stored:
-            # The seed goes to shoe_secrets, never the log, before the commitment is appended;
-            # if the append then loses a race, the retry reuses this same shoe.
-            self._store.store_shoe_secret(new_shoe.shoe_id, new_shoe.seed.reveal())
-            new_shoe.stored = True
         hook = self._before_deal_append
         if hook is not None and any(isinstance(e, CardDrawn) for e in plan.table_events):
             hook()
@@ -531,3 +546,12 @@ def _balances_after(plan: Plan) -> dict[str, Balance]:
         player_id: Balance(player_id, wallet.available, wallet.reserved, version + len(events))
         for player_id, (version, wallet, events) in plan.wallets.items()
     }
+
+
+def _cards_key(shoe_id: str, client_seed: str) -> str:
+    """Where a shoe's shuffled cards are cached: its id and the client seed they were cut with.
+
+    Not the shoe id alone: two attempts at opening one shoe share its claimed seed and id but
+    may each draw their own client seed, and the losing attempt's cards must never be dealt.
+    """
+    return f"{shoe_id}:{client_seed}"

@@ -151,7 +151,7 @@ function follow() {
     refreshSoon();
   });
   feed.onmessage = () => refreshSoon();
-  for (const type of ["RoundOpened", "RoundSettled", "RoundVoided", "PlayerSat", "PlayerLeft", "BetPlaced", "MalfunctionDeclared", "TableSuspended", "TableReopened", "PlayerMuted", "ShoeOpened", "TableCreated"]) {
+  for (const type of ["RoundOpened", "RoundSettled", "RoundVoided", "PlayerSat", "PlayerChangedSeat", "PlayerLeft", "BetPlaced", "MalfunctionDeclared", "TableSuspended", "TableReopened", "PlayerMuted", "ShoeOpened", "TableCreated"]) {
     feed.addEventListener(type, () => refreshSoon());
   }
 }

@@ -302,10 +302,12 @@ function follow() {
     view.windowClosesAt = event.window_closes_at;
     refreshState();
   });
-  on("PlayerSat", (event) => {
-    refreshState();
-    if (event.payload.player_id === me) refreshMe();
-  });
+  for (const type of ["PlayerSat", "PlayerChangedSeat"]) {
+    on(type, (event) => {
+      refreshState();
+      if (event.payload.player_id === me) refreshMe();
+    });
+  }
   for (const type of ["PlayerLeft", "PlayerRemoved", "DealPressed", "PlayerPassed", "PlayerExcluded", "TableSuspended", "TableReopened"]) {
     on(type, () => refreshState());
   }
