@@ -18,12 +18,12 @@ from events.merkle_store import PostgresTree, leaf_entry
 from events.postgres import Pool, PostgresEventStore
 from service.application.actor import Actor
 from service.application.checkpoints import CheckpointService, SigningKey, TreeSigning
-from service.application.keys import Role
+from service.application.keys import Role, create_key
 from service.application.tree_notes import verifier_key
 from service.regulator.proofs import tree_checkpoint_at
 from service.runtime.container import Container
 from service.web.api import EXTENSION
-from tests.api_harness import Api, seed_dealing
+from tests.api_harness import OPERATOR, Api, seed_dealing
 
 KEY = SigningKey.from_seed(bytes(range(32)))
 ORIGIN = "casino.example/shoebox"
@@ -186,6 +186,15 @@ def test_a_front_end_gets_its_own_round_only_after_the_shoe_is_revealed(
     assert after is not None
     shown = _get(api, f"/v1/rounds/T1-1/proof?size={after.size}", Role.FRONTEND)
     assert shown.status_code == 200, shown.get_json()
+    # Another casino's front end learns nothing of the round, not even that it exists.
+    stranger = create_key(api.store, "casino b's lobby", Role.FRONTEND, OPERATOR, "casino-b")
+    elsewhere = api.client.get(
+        f"/v1/rounds/T1-1/proof?size={after.size}",
+        headers={"Authorization": f"Bearer {stranger.secret}"},
+    )
+    missing = _get(api, f"/v1/rounds/T1-77/proof?size={after.size}", Role.FRONTEND)
+    assert elsewhere.status_code == missing.status_code == 404
+    assert elsewhere.get_json()["detail"] == missing.get_json()["detail"].replace("T1-77", "T1-1")
     report = check_round_proof(shown.get_data(as_text=True), [_vkey()])
     assert any(line.startswith("outcome: banker") for line in report.lines)
     assert any("alice: banker 1000 -> 1950" in line for line in report.lines)
