@@ -295,6 +295,14 @@ def measure(figures: Figures, size: Size, keys: dict[Role, str], repeats: int) -
             figures.add("cold first bet", label, timed(first_bet))
             cold.call("DELETE", withdraw, Role.FRONTEND, allow=409)
             cold.close()
+            # A balance as a new process reads it: the wallet's newest snapshot and the
+            # events after it, never the read model (docs/api.md, "Which reads are exact").
+            balance = Client(database, keys)
+            figures.add(
+                "cold GET /wallets/{player}", label,
+                timed(partial(balance.call, "GET", f"/v1/wallets/{player}", Role.FRONTEND)),
+            )  # fmt: skip
+            balance.close()
             # A recovery sweep as a worker's first: a new service, nothing cached, over the
             # index of open rounds and the snapshots, as service/runtime/jobs.py wires it.
             fresh = PostgresEventStore(pool, _now, upcasters())
@@ -449,7 +457,8 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"{label}: {growth.coups:,} coups, {events:,} events; appended in {wrote:.1f} s"
                 f" ({(events - before) / max(wrote, 1e-9):,.0f} events/s), projections"
-                f" rebuilt in {caught:.1f} s",
+                f" rebuilt in {caught:.1f} s; {growth.players[0]}'s wallet at version"
+                f" {growth.wallets[growth.players[0]][0]:,}",
                 file=sys.stderr,
             )
             copy_name = f"{name}_{label}"

@@ -21,3 +21,24 @@ class CheckpointSigned:
     public_key: str
     signature: str
     previous_key_signature: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class TreeCheckpointSigned:
+    """The service signed the root of the log's Merkle tree at `size`, as a C2SP note.
+
+    `note` is the whole signed note: origin, size, base64 root, the extension line binding
+    the chain's head hash at that size, then the log's signature lines and any witnesses'
+    cosignatures. It is signed in the same job as the CheckpointSigned of the same size.
+    `root_hash` is base64, as in the note; `key_id` is the signed-note key id (8 hex);
+    `cosigners` names the witnesses whose cosignatures the note carries.
+    """
+
+    type: ClassVar[str] = "TreeCheckpointSigned"
+    origin: str
+    size: int
+    root_hash: str
+    chain_head_hash: str
+    key_id: str
+    note: str
+    cosigners: tuple[str, ...]

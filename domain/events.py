@@ -8,7 +8,7 @@ types can be compared against it.
 from typing import Any, Final
 
 from domain.api_keys import API_KEY_EVENT_TYPES
-from domain.audit import CheckpointSigned
+from domain.audit import CheckpointSigned, TreeCheckpointSigned
 from domain.chat import CHAT_EVENT_TYPES
 from domain.player_limits import PLAYER_LIMIT_EVENT_TYPES
 from domain.table import TABLE_EVENT_TYPES
@@ -21,6 +21,7 @@ EVENT_CLASSES: Final[tuple[type[Any], ...]] = (
     *PLAYER_LIMIT_EVENT_TYPES,
     *API_KEY_EVENT_TYPES,
     CheckpointSigned,
+    TreeCheckpointSigned,
 )
 """Every event class. `StakeReturned` and `SettlementReversed` appear twice: the table's
 (domain/round.py) and the wallet's (domain/wallet.py) share a name, on different streams."""

@@ -4,9 +4,10 @@ Events are frozen dataclasses of str, int, bool, None, StrEnum and tuples of tho
 holds the same values with enums as their strings and tuples as lists.
 """
 
+import types
 import typing
 from collections.abc import Callable, Mapping
-from dataclasses import fields
+from dataclasses import MISSING, fields
 from enum import Enum
 from typing import Any, TypeAlias, TypeVar
 
@@ -36,6 +37,42 @@ def from_payload(cls: type[E], payload: Mapping[str, object]) -> E:
     """The event of class `cls` that `to_payload` turned into `payload`."""
     coercers = _coercers(cls)
     return cls(**{name: coercers[name](value) for name, value in payload.items()})
+
+
+def payload_json_schema(cls: type[Any]) -> dict[str, Any]:
+    """The JSON Schema of the payloads `to_payload` makes of `cls`'s events.
+
+    Derived from the field types by the same rules as `_json_value`, so that a field added to
+    an event is documented with it. A field with a default may be missing from a payload
+    written before the field existed (`from_payload` then takes the default).
+    """
+    hints = typing.get_type_hints(cls)
+    required = [
+        f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING
+    ]
+    return {
+        "type": "object",
+        "properties": {f.name: _json_schema(hints[f.name]) for f in fields(cls)},
+        "required": required,
+    }
+
+
+def _json_schema(hint: Any) -> dict[str, Any]:
+    scalar = {str: "string", int: "integer", bool: "boolean", type(None): "null"}
+    if hint in scalar:
+        return {"type": scalar[hint]}
+    if isinstance(hint, type) and issubclass(hint, Enum):
+        return {"type": "string", "enum": [str(member.value) for member in hint]}
+    origin, arguments = typing.get_origin(hint), typing.get_args(hint)
+    if origin is tuple and len(arguments) == 2 and arguments[1] is Ellipsis:
+        return {"type": "array", "items": _json_schema(arguments[0])}
+    if origin is tuple:
+        count = len(arguments)
+        items = [_json_schema(argument) for argument in arguments]
+        return {"type": "array", "prefixItems": items, "minItems": count, "maxItems": count}
+    if origin is typing.Union or origin is types.UnionType:
+        return {"anyOf": [_json_schema(argument) for argument in arguments]}
+    raise TypeError(f"an event field of type {hint!r} has no JSON form")
 
 
 def _json_value(value: object) -> object:

@@ -78,6 +78,8 @@ class ExclusionReason(StrEnum):
     TIMED_OUT = "timed_out"
     LEFT_TABLE = "left_table"
     REMOVED = "removed"
+    # Moved to another seat before betting: they play from there from the next round.
+    CHANGED_SEAT = "changed_seat"
 
 
 class ReturnReason(StrEnum):

@@ -60,6 +60,12 @@ class PlayerNotSeated(SeatError):
     rule = "seat.player_not_seated"
 
 
+class PlayerHasBetsInRound(SeatError):
+    """A player changes seat between hands: not while their bets are on the current round."""
+
+    rule = "seat.bets_in_play"
+
+
 class RoundError(DomainError):
     """A command breaks one of the round's rules."""
 

@@ -69,6 +69,7 @@ from domain.round_errors import (
     PlayerAlreadyRemoved,
     PlayerAlreadySeated,
     PlayerBarred,
+    PlayerHasBetsInRound,
     PlayerNotMuted,
     PlayerNotSeated,
     RemovalNeedsAReason,
@@ -264,6 +265,16 @@ class PlayerLeft:
 
 
 @dataclass(frozen=True, slots=True)
+class PlayerChangedSeat:
+    """A seated player moved to a free seat between hands, in one step: never seen unseated."""
+
+    type: ClassVar[str] = "PlayerChangedSeat"
+    from_seat: int
+    seat: int
+    player_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class ShoeOpened:
     """A shoe was opened: its commitment, seeds and hand count are published before any deal."""
 
@@ -369,6 +380,9 @@ class ClientSeedRotated:
 
 
 ShoeEvent: TypeAlias = ShoeOpened | ShoeRetired | ShoeRevealed
+PlayerEvent: TypeAlias = (
+    PlayerSat | PlayerLeft | PlayerChangedSeat | PlayerMuted | PlayerUnmuted | PlayerRemoved
+)
 ModerationEvent: TypeAlias = PlayerMuted | PlayerUnmuted | PlayerRemoved
 MalfunctionEvent: TypeAlias = (
     MalfunctionDeclared | TableSuspended | TableReopened | ClientSeedRotated
@@ -377,6 +391,7 @@ TableEvent: TypeAlias = (
     TableCreated
     | PlayerSat
     | PlayerLeft
+    | PlayerChangedSeat
     | ShoeEvent
     | ModerationEvent
     | MalfunctionEvent
@@ -386,6 +401,7 @@ TABLE_EVENT_TYPES: tuple[type[TableEvent], ...] = (
     TableCreated,
     PlayerSat,
     PlayerLeft,
+    PlayerChangedSeat,
     ShoeOpened,
     ShoeRetired,
     ShoeRevealed,
@@ -430,6 +446,14 @@ class LeaveTable:
     """Give up one's seat."""
 
     player_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeSeat:
+    """Move to another free seat between hands."""
+
+    player_id: str
+    seat: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -586,6 +610,7 @@ Command: TypeAlias = (
     CreateTable
     | SitDown
     | LeaveTable
+    | ChangeSeat
     | OpenRound
     | PlaceBet
     | RemoveBets
@@ -652,18 +677,13 @@ def _decide_sit_down(table: Table, command: SitDown, now: datetime) -> list[Tabl
             f"{player_id} was removed from table {table.table_id} and may not sit there again "
             f"(rule {PlayerBarred.rule})"
         )
-    if not 1 <= number <= table.settings.seats:
-        raise SeatOutOfRange(
-            f"table {table.table_id} has seats 1 to {table.settings.seats}, not {number} "
-            f"(rule {SeatOutOfRange.rule})"
-        )
+    _check_seat_number(table, number)
     held = table.seat_of(player_id)
     if held is not None:
         raise PlayerAlreadySeated(
             f"{player_id} already sits at seat {held.number} (rule {PlayerAlreadySeated.rule})"
         )
-    if table.seats[number - 1] is not None:
-        raise SeatTaken(f"seat {number} is taken (rule {SeatTaken.rule})")
+    _check_seat_free(table, number)
     # Sitting while a round is under way is allowed: the round's participants were fixed when
     # its window opened, so the newcomer simply plays from the next round.
     return [PlayerSat(number, player_id)]
@@ -675,6 +695,31 @@ def _decide_leave_table(table: Table, command: LeaveTable, now: datetime) -> lis
     if table.round is not None:
         events.extend(withdraw(table.round, command.player_id))
     events.append(PlayerLeft(seat.number, command.player_id))
+    return events
+
+
+def _decide_change_seat(table: Table, command: ChangeSeat, now: datetime) -> list[TableEvent]:
+    player_id, number = command.player_id, command.seat
+    held = _seat_of(table, player_id)
+    _check_seat_number(table, number)
+    if held.number == number:
+        raise SeatTaken(f"{player_id} already sits at seat {number} (rule {SeatTaken.rule})")
+    _check_seat_free(table, number)
+    events: list[TableEvent] = []
+    current = table.round
+    if current is not None and not current.is_over:
+        participant = current.participant(player_id)
+        if participant is not None and participant.bets:
+            # The seat is on every bet, settlement and return of the round: a player moves
+            # between hands, as the rules say, not while their stakes lie at the old seat.
+            raise PlayerHasBetsInRound(
+                f"{player_id} has bets on round {current.round_id} at seat {held.number} and "
+                f"changes seat once it is over (rule {PlayerHasBetsInRound.rule})"
+            )
+        # One still to bet in this window sits it out, as a newcomer would: the round's
+        # participants keep the seats they had when it opened.
+        events.extend(withdraw(current, player_id, ExclusionReason.CHANGED_SEAT))
+    events.append(PlayerChangedSeat(held.number, number, player_id))
     return events
 
 
@@ -933,6 +978,7 @@ def _decide_rotate_client_seed(
 _DECISIONS: Mapping[type[Command], Callable[[Table, Any, datetime], list[TableEvent]]] = {
     SitDown: _decide_sit_down,
     LeaveTable: _decide_leave_table,
+    ChangeSeat: _decide_change_seat,
     OpenRound: _decide_open_round,
     PlaceBet: _decide_place_bet,
     RemoveBets: _decide_remove_bets,
@@ -969,6 +1015,19 @@ def _table_created(table_id: str, settings: TableSettings) -> TableCreated:
         betting_window_ms=settings.betting_window // _MILLISECOND,
         currency=settings.currency,
     )
+
+
+def _check_seat_number(table: Table, number: int) -> None:
+    if not 1 <= number <= table.settings.seats:
+        raise SeatOutOfRange(
+            f"table {table.table_id} has seats 1 to {table.settings.seats}, not {number} "
+            f"(rule {SeatOutOfRange.rule})"
+        )
+
+
+def _check_seat_free(table: Table, number: int) -> None:
+    if table.seats[number - 1] is not None:
+        raise SeatTaken(f"seat {number} is taken (rule {SeatTaken.rule})")
 
 
 def _seat_of(table: Table, player_id: str) -> Seat:
@@ -1078,7 +1137,10 @@ def evolve(table: Table | None, event: TableEvent) -> Table:
         return _created(event)
     if table is None:
         raise ValueError(f"a table's first event is TableCreated, not {event.type}")
-    if isinstance(event, PlayerSat | PlayerLeft | PlayerMuted | PlayerUnmuted | PlayerRemoved):
+    if isinstance(
+        event,
+        PlayerSat | PlayerLeft | PlayerChangedSeat | PlayerMuted | PlayerUnmuted | PlayerRemoved,
+    ):
         return _evolve_players(table, event)
     if isinstance(event, ShoeOpened | ShoeRetired | ShoeRevealed):
         return _evolve_shoe(table, event)
@@ -1103,14 +1165,18 @@ def _created(event: TableCreated) -> Table:
     )
 
 
-def _evolve_players(
-    table: Table, event: PlayerSat | PlayerLeft | PlayerMuted | PlayerUnmuted | PlayerRemoved
-) -> Table:
+def _evolve_players(table: Table, event: PlayerEvent) -> Table:
     match event:
         case PlayerSat():
             return _with_seat(table, event.seat, Seat(event.seat, event.player_id))
         case PlayerLeft():
             return _with_seat(table, event.seat, None)
+        case PlayerChangedSeat():
+            # The same seating moved, so Rebet still repeats the bets made at the old seat.
+            moved = table.seats[event.from_seat - 1]
+            last_bets = moved.last_bets if moved is not None else ()
+            table = _with_seat(table, event.from_seat, None)
+            return _with_seat(table, event.seat, Seat(event.seat, event.player_id, last_bets))
         case PlayerMuted():
             return replace(table, muted=table.muted | {event.player_id})
         case PlayerUnmuted():

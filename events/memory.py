@@ -41,6 +41,7 @@ class InMemoryEventStore(EventStore):
         self._idempotency: dict[str, tuple[str, AppendResult]] = {}
         self._responses: dict[str, JsonValue] = {}
         self._shoe_secrets: dict[str, str] = {}
+        self._claimed_shoes: dict[tuple[str, int], str] = {}
 
     def append(
         self,
@@ -153,12 +154,19 @@ class InMemoryEventStore(EventStore):
                 raise UnknownIdempotencyKey(key)
             return self._responses.setdefault(key, response)
 
-    def store_shoe_secret(self, shoe_id: str, server_seed: str) -> None:
-        """Keep a live shoe's server seed outside the log until the shoe is revealed."""
+    def claim_shoe_secret(
+        self, table_id: str, nonce: int, shoe_id: str, server_seed: str
+    ) -> tuple[str, str]:
+        """The shoe id and seed kept for a table's `nonce`-th shoe: these, unless some are."""
         with self._lock:
+            claimed = self._claimed_shoes.get((table_id, nonce))
+            if claimed is not None:
+                return claimed, self._shoe_secrets[claimed]
             if shoe_id in self._shoe_secrets:
                 raise ShoeSecretAlreadyStored(shoe_id)
             self._shoe_secrets[shoe_id] = server_seed
+            self._claimed_shoes[table_id, nonce] = shoe_id
+            return shoe_id, server_seed
 
     def load_shoe_secret(self, shoe_id: str) -> str | None:
         """A live shoe's server seed, or None if none was stored."""

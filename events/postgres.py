@@ -130,8 +130,22 @@ SELECT r.response FROM idempotency_responses AS r
 WHERE r.key = %s AND NOT EXISTS (SELECT 1 FROM inserted)
 """
 _FIND_RESPONSE = "SELECT response FROM idempotency_responses WHERE key = %s"
-_INSERT_SECRET = "INSERT INTO shoe_secrets (shoe_id, server_seed, created_at) VALUES (%s, %s, %s)"  # noqa: S105
 _LOAD_SECRET = "SELECT server_seed FROM shoe_secrets WHERE shoe_id = %s"  # noqa: S105
+# Through shoe_secrets_table_nonce (0021), the unique index the conflict is on.
+_CLAIM_SECRET = """
+WITH inserted AS (
+    INSERT INTO shoe_secrets (shoe_id, server_seed, created_at, table_id, nonce)
+    VALUES (%(shoe_id)s, %(server_seed)s, %(created_at)s, %(table_id)s, %(nonce)s)
+    ON CONFLICT (table_id, nonce) DO NOTHING RETURNING shoe_id, server_seed
+)
+SELECT shoe_id, server_seed FROM inserted
+UNION ALL
+SELECT s.shoe_id, s.server_seed FROM shoe_secrets AS s
+WHERE s.table_id = %(table_id)s AND s.nonce = %(nonce)s AND NOT EXISTS (SELECT 1 FROM inserted)
+"""  # noqa: S105
+_FIND_CLAIMED_SECRET = """
+SELECT shoe_id, server_seed FROM shoe_secrets WHERE table_id = %(table_id)s AND nonce = %(nonce)s
+"""  # noqa: S105
 
 
 def app_conninfo(
@@ -687,14 +701,28 @@ class PostgresEventStore(EventStore):
         stored: JsonValue = row[0]
         return stored
 
-    def store_shoe_secret(self, shoe_id: str, server_seed: str) -> None:
-        """Keep a live shoe's server seed outside the log until the shoe is revealed."""
-        created_at = to_utc(self._clock())
+    def claim_shoe_secret(
+        self, table_id: str, nonce: int, shoe_id: str, server_seed: str
+    ) -> tuple[str, str]:
+        """The shoe id and seed kept for a table's `nonce`-th shoe: these, unless some are."""
+        values = {
+            "shoe_id": shoe_id,
+            "server_seed": server_seed,
+            "created_at": to_utc(self._clock()),
+            "table_id": table_id,
+            "nonce": nonce,
+        }
         try:
             with _one_statement(self._pool) as conn:
-                conn.execute(_INSERT_SECRET, [shoe_id, server_seed, created_at])
+                row = conn.execute(_CLAIM_SECRET, values).fetchone()
+                if row is None:
+                    # A twin's claim committed while ours waited on it, after this statement's
+                    # snapshot was taken: its row is visible to the next statement.
+                    row = conn.execute(_FIND_CLAIMED_SECRET, values).fetchone()
         except psycopg.errors.UniqueViolation as error:
             raise ShoeSecretAlreadyStored(shoe_id) from error
+        assert row is not None  # inserted, or lost to a twin whose row now exists
+        return str(row[0]), str(row[1])
 
     def load_shoe_secret(self, shoe_id: str) -> str | None:
         """A live shoe's server seed, or None if none was stored."""

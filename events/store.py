@@ -8,10 +8,14 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TypeAlias
 
+# The values an event is made of live in events.recorded, which events.upcasting needs too;
+# they are re-exported here, where every caller of the store looks for them.
+from events.recorded import EventMetadata as EventMetadata
+from events.recorded import JsonObject as JsonObject
+from events.recorded import JsonValue as JsonValue
+from events.recorded import RecordedEvent as RecordedEvent
 from events.upcasting import Upcasters
 
-JsonValue: TypeAlias = "bool | int | str | Sequence[JsonValue] | Mapping[str, JsonValue] | None"
-JsonObject: TypeAlias = Mapping[str, JsonValue]
 Clock: TypeAlias = Callable[[], datetime]
 
 GENESIS_HASH = "0" * 64
@@ -73,19 +77,6 @@ class ShoeSecretAlreadyStored(EventStoreError):  # noqa: N818
     def __init__(self, shoe_id: str) -> None:
         super().__init__(f"shoe {shoe_id!r} already has a server seed")
         self.shoe_id = shoe_id
-
-
-@dataclass(frozen=True, slots=True)
-class EventMetadata:
-    """Who caused an event and in answer to what; stored beside every event and hashed with it."""
-
-    actor: str
-    role: str
-    request_id: str | None = None
-    correlation_id: str | None = None
-    causation_id: str | None = None
-    # Filled in by `append` from its `Idempotency` argument, so that it cannot disagree.
-    idempotency_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,23 +148,6 @@ class IdempotencyRecord:
     fingerprint: str
     result: AppendResult
     response: JsonValue | None
-
-
-@dataclass(frozen=True, slots=True)
-class RecordedEvent:
-    """An event as the log holds it: every column of its row."""
-
-    position: int
-    stream_id: str
-    category: str
-    version: int
-    type: str
-    schema_version: int
-    payload: JsonObject
-    metadata: EventMetadata
-    recorded_at: datetime
-    prev_hash: str
-    hash: str
 
 
 def category_of(stream_id: str) -> str:
@@ -279,8 +253,15 @@ class EventStore(ABC):
         """
 
     @abstractmethod
-    def store_shoe_secret(self, shoe_id: str, server_seed: str) -> None:
-        """Keep a live shoe's server seed outside the log until the shoe is revealed."""
+    def claim_shoe_secret(
+        self, table_id: str, nonce: int, shoe_id: str, server_seed: str
+    ) -> tuple[str, str]:
+        """The shoe id and seed kept for a table's `nonce`-th shoe: these, unless some already are.
+
+        At most one seed is ever kept for a table's nonce, so every opening of that shoe (a
+        retry, a twin racing it in another process) publishes the same one, and none is left
+        behind unpublished by an opening that lost its race.
+        """
 
     @abstractmethod
     def load_shoe_secret(self, shoe_id: str) -> str | None:

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TypeAlias
 
-if TYPE_CHECKING:
-    # Only for annotations: events.store imports this module at run time.
-    from events.store import JsonValue, RecordedEvent
+from events.recorded import JsonValue, RecordedEvent
 
 Upcaster: TypeAlias = "Callable[[Mapping[str, JsonValue]], Mapping[str, JsonValue]]"
 

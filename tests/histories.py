@@ -64,6 +64,7 @@ def play_history(
         lambda: games.rebet(table_id, player(), OPS),
         lambda: games.remove_bets(table_id, player(), OPS),
         lambda: games.leave(table_id, player(), OPS),
+        lambda: games.change_seat(table_id, player(), rng.randint(1, 4), OPS),
         lambda: games.mute(table_id, player(), OPS, "noise"),
         lambda: money.deposit(player(), 5_000, "top up", OPS),
         lambda: money.withdraw(player(), 700, "cash out", OPS),

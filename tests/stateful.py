@@ -229,6 +229,13 @@ class ShoeboxMachine(RuleBasedStateMachine):
         if self.send("DELETE", path, player=player).status_code < 300:
             self.seated.discard((table, player))
 
+    @rule(data=st.data(), seat=st.integers(1, 7))
+    def change_seat(self, data: st.DataObject, seat: int) -> None:
+        """Move between hands; a 409 while one's bets are on the round, or the seat is taken."""
+        table, player = self.draw_seated(data)
+        path = f"/v1/tables/{table}/seats/{split(player)[0]}"
+        self.send("PUT", path, {"seat": seat}, player=player)
+
     @rule(data=st.data(), action=st.sampled_from(("deal", "deal", "pass")))
     def act(self, data: st.DataObject, action: str) -> None:
         table, player = self.draw_seated(data)

@@ -8,16 +8,22 @@ this module is the service's own implementation of it, shared with no verifier.
 
 Rotation: the first checkpoint under a new key also carries the previous key's signature of
 the same message, so a verifier that trusts the old key learns the new one.
+
+With a tree and an origin, the same job also signs the root of the log's Merkle tree at the
+same size as a C2SP note (service/application/tree_notes.py), shows it to the configured
+witnesses for their cosignatures, and appends both checkpoints in one append: the chain's
+head hash rides in the note, so the chain and the tree can never be shown apart.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
 from datetime import datetime
-from typing import Final
+from typing import Final, Protocol
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import (
@@ -26,14 +32,24 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 )
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from domain.audit import CheckpointSigned
+from domain.audit import CheckpointSigned, TreeCheckpointSigned
 from domain.payloads import from_payload, to_payload
 from events.canonical import canonical_json, format_timestamp
+from events.merkle import consistency_proof, root
+from events.merkle_store import TreeStore, integrate
 from events.store import EventStore, NewEvent, RecordedEvent, StreamAppend, to_utc
 from service.application.actor import Actor
+from service.application.tree_notes import (
+    checkpoint_text,
+    note_key_id,
+    signature_line,
+    signed_note,
+)
 
 FORMAT: Final = "shoebox-checkpoint/1"
 STREAM: Final = "audit:checkpoints"
+TREE_STREAM: Final = "audit:tree-checkpoints"
+CHECKPOINT_TYPES: Final = frozenset({CheckpointSigned.type, TreeCheckpointSigned.type})
 SEED_BYTES: Final = 32
 
 
@@ -118,6 +134,11 @@ def document(checkpoint: CheckpointSigned) -> dict[str, object]:
     return {"kind": "checkpoint", **asdict(checkpoint)}
 
 
+def kept_line(checkpoint: CheckpointSigned) -> str:
+    """A checkpoint as exactly one line of a checkpoint file, without its newline."""
+    return json.dumps(document(checkpoint), sort_keys=True, separators=(",", ":"))
+
+
 def verify_signatures(checkpoint: CheckpointSigned, previous: str | None = None) -> None:
     """Raise CheckpointError unless the checkpoint is signed by its key (and `previous`).
 
@@ -154,6 +175,42 @@ def from_recorded(event: RecordedEvent) -> CheckpointSigned:
     return from_payload(CheckpointSigned, event.payload)
 
 
+@dataclass(frozen=True, slots=True)
+class Cosignatures:
+    """What the witnesses said of one note: their signature lines, and who they are."""
+
+    lines: tuple[str, ...] = ()
+    cosigners: tuple[str, ...] = ()
+
+
+class Witnesses(Protocol):
+    """The witnesses a tree checkpoint is shown to before it is published."""
+
+    def cosign(
+        self,
+        note: str,
+        size: int,
+        last_sizes: dict[str, int],
+        proof: Callable[[int], list[bytes]],
+    ) -> Cosignatures:
+        """Each reachable witness's cosignature; an unreachable one is left out, never waited on.
+
+        `last_sizes` is the size each witness cosigned last as far as the log knows (a hint:
+        a witness that knows better answers 409 with its size), and `proof(old)` the
+        consistency proof from that size to `size`.
+        """
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class TreeSigning:
+    """What the service needs to sign tree checkpoints: the tree, the log's origin, witnesses."""
+
+    tree: TreeStore
+    origin: str
+    witnesses: Witnesses | None = None
+
+
 class CheckpointService:
     """Signs the log's head and records the checkpoint in the log itself."""
 
@@ -163,11 +220,13 @@ class CheckpointService:
         clock: Callable[[], datetime],
         key: SigningKey,
         previous: SigningKey | None = None,
+        tree: TreeSigning | None = None,
     ) -> None:
         self._store = store
         self._clock = clock
         self._key = key
         self._previous = previous
+        self._tree = tree
 
     def sign_head(self, actor: Actor) -> CheckpointSigned | None:
         """Sign the head now and append the checkpoint; None while the log is empty."""
@@ -179,7 +238,7 @@ class CheckpointService:
     def sign_if_due(self, actor: Actor) -> CheckpointSigned | None:
         """Sign the head unless nothing but a checkpoint was appended since the last one."""
         head = self._head()
-        if head is None or head.type == CheckpointSigned.type:
+        if head is None or head.type in CHECKPOINT_TYPES:
             return None
         return self._sign(head, actor)
 
@@ -187,6 +246,11 @@ class CheckpointService:
         """The log's last checkpoint, if any."""
         last = self._store.last_of_stream(STREAM)
         return None if last is None else from_recorded(last)
+
+    def latest_tree(self) -> TreeCheckpointSigned | None:
+        """The log's last tree checkpoint, if any."""
+        last = self._store.last_of_stream(TREE_STREAM)
+        return None if last is None else from_payload(TreeCheckpointSigned, last.payload)
 
     def _head(self) -> RecordedEvent | None:
         head = self._store.head()
@@ -221,8 +285,53 @@ class CheckpointService:
         )
         version = 0 if last is None else last.version
         event = NewEvent(CheckpointSigned.type, to_payload(checkpoint))  # type: ignore[arg-type]
-        self._store.append([StreamAppend(STREAM, version, [event])], actor.metadata())
+        appends = [StreamAppend(STREAM, version, [event])]
+        if self._tree is not None:
+            appends.append(self._tree_append(self._tree, head))
+        self._store.append(appends, actor.metadata())
         return checkpoint
+
+    def _tree_append(self, signing: TreeSigning, head: RecordedEvent) -> StreamAppend:
+        # The tree at exactly the head's size: integrate() may go past it if another
+        # integrator ran meanwhile, which leaves the root at this size what it was.
+        size = head.position
+        integrate(self._store, signing.tree, up_to=size)
+        tree_root = root(size, signing.tree)
+        text = checkpoint_text(signing.origin, size, tree_root, head.hash)
+        lines = [signature_line(signing.origin, self._key.private, text)]
+        last = self._store.last_of_stream(TREE_STREAM)
+        earlier = None if last is None else from_payload(TreeCheckpointSigned, last.payload)
+        key_id = note_key_id(signing.origin, self._key.private).hex()
+        if earlier is not None and earlier.key_id != key_id:
+            previous = self._previous
+            if previous is None or note_key_id(signing.origin, previous.private).hex() != (
+                earlier.key_id
+            ):
+                raise CheckpointError(
+                    f"the last tree checkpoint was signed by key {earlier.key_id}; give that key"
+                    " as the previous signing key so that it signs the first note of the new one"
+                )
+            lines.append(signature_line(signing.origin, previous.private, text))
+        cosignatures = Cosignatures()
+        if signing.witnesses is not None:
+            last_sizes = {} if earlier is None else dict.fromkeys(earlier.cosigners, earlier.size)
+            cosignatures = signing.witnesses.cosign(
+                signed_note(text, lines),
+                size,
+                last_sizes,
+                lambda old: consistency_proof(old, size, signing.tree),
+            )
+        tree_checkpoint = TreeCheckpointSigned(
+            origin=signing.origin,
+            size=size,
+            root_hash=base64.b64encode(tree_root).decode(),
+            chain_head_hash=head.hash,
+            key_id=key_id,
+            note=signed_note(text, [*lines, *cosignatures.lines]),
+            cosigners=cosignatures.cosigners,
+        )
+        event = NewEvent(TreeCheckpointSigned.type, to_payload(tree_checkpoint))  # type: ignore[arg-type]
+        return StreamAppend(TREE_STREAM, 0 if last is None else last.version, [event])
 
 
 def read_kept(lines: Iterable[str], source: str) -> list[CheckpointSigned]:
@@ -250,22 +359,27 @@ def read_kept(lines: Iterable[str], source: str) -> list[CheckpointSigned]:
     return found
 
 
-def check_kept(kept: Sequence[CheckpointSigned], hash_at: Callable[[int], str | None]) -> list[str]:
+def check_kept(
+    kept: Sequence[CheckpointSigned],
+    hash_at: Callable[[int], str | None],
+    trusted: Sequence[str] = (),
+) -> list[str]:
     """What is wrong between kept checkpoints and a log, one line each; empty if it extends them.
 
-    The keys are followed in file order: the first is trusted as given, and each later key
-    must be endorsed by the one before. `hash_at` is the log's hash at a position, or None
-    where the log has no such event (a log cut short).
+    The keys are followed in file order, as docs/verification.md says: the first key must be
+    one of `trusted` (public keys as hex) or be endorsed by one, or, with none given, is
+    trusted on first use; each later key must be endorsed by the key in use before it, which
+    is then retired. `hash_at` is the log's hash at a position, or None where the log has no
+    such event (a log cut short).
     """
     problems: list[str] = []
-    current: str | None = None
+    chain = _KeyChain(tuple(trusted))
     for checkpoint in kept:
         try:
-            verify_signatures(checkpoint, previous=current)
+            chain.accept(checkpoint)
         except CheckpointError as error:
             problems.append(f"checkpoint at position {checkpoint.position}: {error}")
             continue
-        current = checkpoint.public_key
         found = hash_at(checkpoint.position)
         if found is None:
             problems.append(
@@ -278,3 +392,38 @@ def check_kept(kept: Sequence[CheckpointSigned], hash_at: Callable[[int], str | 
                 f" {found}, the signed head was {checkpoint.head_hash}; the log was rewritten"
             )
     return problems
+
+
+class _KeyChain:
+    """The signing keys trusted so far, followed through their rotations in file order."""
+
+    def __init__(self, trusted: tuple[str, ...]) -> None:
+        self._trusted = trusted
+        self._current: str | None = None
+        self._retired: set[str] = set()
+
+    def accept(self, checkpoint: CheckpointSigned) -> None:
+        """Take the checkpoint's key as current, or raise CheckpointError if it is not trusted."""
+        verify_signatures(checkpoint)
+        if checkpoint.key_id in self._retired:
+            raise CheckpointError(f"key {checkpoint.key_id[:16]} was rotated out before this")
+        if checkpoint.public_key == self._current:
+            return
+        if self._current is None and (not self._trusted or checkpoint.public_key in self._trusted):
+            self._current = checkpoint.public_key
+            return
+        # A new key: the key in use before (or, at the start, a trusted key) must endorse it.
+        endorsers = (self._current,) if self._current is not None else self._trusted
+        for endorser in endorsers:
+            try:
+                verify_signatures(checkpoint, previous=endorser)
+            except CheckpointError:
+                continue
+            self._retired.add(key_id(endorser))
+            self._current = checkpoint.public_key
+            return
+        raise CheckpointError(
+            f"key {checkpoint.key_id[:16]} is not trusted: neither "
+            + ("a trusted key" if self._current is None else "the key in use before")
+            + " endorses it with a valid previous_key_signature"
+        )

@@ -28,6 +28,7 @@ from typing import Final
 
 import orjson
 
+from domain.payloads import payload_json_schema
 from domain.round import RoundOpened
 from domain.table import (
     ClientSeedRotated,
@@ -45,6 +46,7 @@ from events.tail import BATCH, LogTail, read_after
 from service.application.operators import PLAYER_FIELD, Audience
 from service.application.streams import (
     CHAT,
+    EVENT_REGISTRY,
     TABLE,
     chat_stream,
     from_recorded_as,
@@ -75,6 +77,66 @@ WINDOW_CLOSES_AT: Final = "window_closes_at"
 PARTICIPANTS: Final = "participants"
 PROJECTION_LAG_EVENT: Final = "projection-lag"
 """The SSE event name of the global feed's periodic projection lag message."""
+
+
+PUBLIC_EVENT_CLASSES: Final[Mapping[str, type]] = {
+    name: cls
+    for (category, name), cls in sorted(EVENT_REGISTRY.items())
+    if category in PUBLIC_CATEGORIES
+}
+"""Every event type a feed may show, by its type name."""
+
+
+def public_view_schema(event_type: str) -> dict[str, JsonValue]:
+    """The JSON Schema of `public_view` of an event of this type: its feed message's data."""
+    payload = payload_json_schema(PUBLIC_EVENT_CLASSES[event_type])
+    fields: dict[str, JsonValue] = dict(payload["properties"])
+    required: list[JsonValue] = list(payload["required"])
+    if event_type in MODERATION_TYPES:
+        # Left out of a front end's view (public_view).
+        required = [name for name in required if name != MODERATION_REASON]
+    view_fields: dict[str, JsonValue] = {
+        "position": {"type": "integer", "minimum": 1},
+        "type": {"const": event_type},
+        "table_id": {"type": "string"},
+        "recorded_at": {"type": "string", "format": "date-time"},
+    }
+    if event_type == RoundOpened.type:
+        fields[PARTICIPANTS] = {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {"seat": {"type": "integer"}, PLAYER_FIELD: {"type": "string"}},
+                "required": ["seat", PLAYER_FIELD],
+            },
+        }
+        view_fields[WINDOW_CLOSES_AT] = {"type": "string", "format": "date-time"}
+    view_fields["payload"] = {"type": "object", "properties": fields, "required": required}
+    return {"type": "object", "properties": view_fields, "required": sorted(view_fields)}
+
+
+def projection_lag_schema() -> dict[str, JsonValue]:
+    """The JSON Schema of `lag_document`: the global feed's projection-lag message's data."""
+    integer: JsonValue = {"type": "integer", "minimum": 0}
+    projection: JsonValue = {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string"},
+            "checkpoint": integer,
+            "lag_events": integer,
+            "lag_ms": {"type": "integer"},
+        },
+        "required": ["name", "checkpoint", "lag_events", "lag_ms"],
+    }
+    return {
+        "type": "object",
+        "properties": {
+            "head": integer,
+            "at": {"type": "string", "format": "date-time"},
+            "projections": {"type": "array", "items": projection},
+        },
+        "required": ["head", "at", "projections"],
+    }
 
 
 def is_public(event: RecordedEvent) -> bool:

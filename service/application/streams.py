@@ -239,6 +239,39 @@ class StreamCache(Generic[S]):
             )
             return None
 
+    def state_at(self, store: EventStore, stream_id: str, version: int) -> S:
+        """The stream's state at exactly `version`, which it has reached; never writes.
+
+        The cached state if it is at that version (as it is just after this process appended
+        it), else the newest snapshot at or before it and the events after, up to it.
+        """
+        with self._lock:
+            entry = self._entries.get(stream_id)
+        if entry is not None and entry[0] == version:
+            return entry[1]
+        start, state = 0, self._initial(stream_id)
+        found = self._snapshot_at_or_before(stream_id, version)
+        if found is not None:
+            start, state = found
+        for event in store.read_stream(stream_id, from_version=start + 1):
+            if event.version > version:
+                break
+            state = self._fold(state, from_recorded(event))
+        return state
+
+    def _snapshot_at_or_before(self, stream_id: str, version: int) -> tuple[int, S] | None:
+        if self._snapshots is None or self._codec is None:
+            return None
+        try:
+            snapshot = self._snapshots.at_or_before(stream_id, self._codec.schema, version)
+            if snapshot is None:
+                return None
+            return snapshot.version, self._codec.decode(snapshot.state)
+        except Exception:
+            # A snapshot only saves time: without one the stream is folded from its start.
+            log.exception("could not read a snapshot of %s at version %d", stream_id, version)
+            return None
+
     def cached(self, stream_id: str) -> tuple[int, S] | None:
         """The stream's cached version and state without asking the store; None if not cached.
 

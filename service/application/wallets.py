@@ -6,7 +6,7 @@ as the table events that cause them; this service covers the rest.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
@@ -33,10 +33,11 @@ from domain.wallet import (
 from events.snapshots import SnapshotStore
 from events.store import AppendResult, EventStore, StreamAppend
 from service.application.actor import Actor
-from service.application.appends import DEFAULT_ATTEMPTS, Prepared, Receipt, run_command
+from service.application.appends import DEFAULT_ATTEMPTS, Outcome, Prepared, Receipt, run_command
 from service.application.snapshots import SnapshotCodec
 from service.application.streams import (
     SNAPSHOT_EVERY,
+    WALLET,
     DomainEvent,
     StreamCache,
     from_recorded_as,
@@ -106,6 +107,18 @@ class Balance:
 
 
 @dataclass(frozen=True, slots=True)
+class MoneyOutcome(Outcome):
+    """An outcome, with the balance just after it of every wallet its append moves.
+
+    The command's plan knows each wallet it moved as it will stand once the append is
+    recorded, so an answer built before the append can say what the player has after it
+    without reading anything.
+    """
+
+    balances: Mapping[str, Balance]
+
+
+@dataclass(frozen=True, slots=True)
 class StatementEntry:
     """One movement on a wallet, with the balances after it.
 
@@ -166,9 +179,33 @@ class WalletService:
         return self._run(player_id, Correct(amount, reason), actor)
 
     def balance(self, player_id: str) -> Balance:
-        """A wallet's balances now."""
+        """A wallet's balances now, exactly: its newest snapshot and the events after it.
+
+        Reads only (a snapshot is written by appends, never here), and folds at most about
+        SNAPSHOT_EVERY events however old the wallet is.
+        """
         version, wallet = self._wallets.wallet(self._store, player_id)
         return Balance(player_id, wallet.available, wallet.reserved, version)
+
+    def balances_after(self, outcome: Outcome | Receipt) -> dict[str, Balance]:
+        """Each wallet the command moved, by player, as it stood just after the command.
+
+        From the plan itself before the append (a MoneyOutcome); after it, from the wallet
+        cache, which holds that very version once this process has appended it, else from the
+        wallet's snapshot at or before that version and the events up to it (a replayed
+        command): never the wallet now, which a later bet may have moved on.
+        """
+        if isinstance(outcome, MoneyOutcome):
+            return dict(outcome.balances)
+        balances: dict[str, Balance] = {}
+        for stream_id, version in outcome.versions.items():
+            if not stream_id.startswith(f"{WALLET}:"):
+                continue
+            wallet = self._wallets.state_at(self._store, stream_id, version)
+            balances[wallet.player_id] = Balance(
+                wallet.player_id, wallet.available, wallet.reserved, version
+            )
+        return balances
 
     def statement(
         self, player_id: str, limit: int = 50, before: int | None = None

@@ -1,7 +1,7 @@
 """Commands for the audit concern of the `shoebox` CLI."""
 
 import getpass
-import json
+import re
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -22,6 +22,7 @@ DEFAULT_BATCH_SIZE = 10_000
 PROGRESS_EVERY_SECONDS = 2.0
 
 _HASH_BEFORE = "SELECT hash FROM events WHERE position = %s"
+_PUBLIC_KEY = re.compile(r"[0-9a-f]{64}")
 
 
 class AuditUnavailable(click.ClickException):
@@ -57,12 +58,26 @@ def audit() -> None:
     default=None,
     help="Signed checkpoints you kept: the log must still hold each signed head.",
 )
-def verify(from_position: int, batch_size: int, kept_file: Path | None) -> None:
+@click.option(
+    "--trusted-key",
+    "trusted_keys",
+    metavar="HEX",
+    multiple=True,
+    callback=lambda _context, _option, keys: _public_keys(keys),
+    help="An Ed25519 public key (64 hex) the kept checkpoints' keys must descend from"
+    " (repeatable); without one, the kept file's first key is trusted on first use.",
+)
+def verify(
+    from_position: int, batch_size: int, kept_file: Path | None, trusted_keys: tuple[str, ...]
+) -> None:
     """Walk the hash chain and name the first broken link; exit 1 if there is one.
 
     With --checkpoint, the log must also extend every checkpoint kept outside the database,
-    so a log cut short or rewritten and rehashed from some point on fails too.
+    so a log cut short or rewritten and rehashed from some point on fails too. The kept
+    file's keys are anchored on --trusted-key, as shoebox-verify's are.
     """
+    if trusted_keys and kept_file is None:
+        raise click.UsageError("--trusted-key anchors the keys of --checkpoint; give that too")
     kept = _kept(kept_file)
     try:
         # The batches read ahead each need a connection, and the head check one more.
@@ -74,7 +89,7 @@ def verify(from_position: int, batch_size: int, kept_file: Path | None) -> None:
             prev_hash = _hash_before(pool, from_position)
             head = store.head()
             broken, last = _walk(store, from_position, prev_hash, batch_size, head)
-            unmet = _unmet(pool, kept)
+            unmet = _unmet(pool, kept, trusted_keys)
     except psycopg.errors.UndefinedTable as error:
         raise AuditUnavailable(
             "this database has no event log; run `shoebox migrate` first"
@@ -101,6 +116,13 @@ def verify(from_position: int, batch_size: int, kept_file: Path | None) -> None:
         )
     if kept:
         click.echo(f"OK: the log extends all {len(kept)} kept checkpoints")
+        if not trusted_keys:
+            # Anyone who can write the kept file could have signed it with a key of their
+            # own: without an anchor, the file vouches only for itself.
+            click.echo(
+                f"note: the keys of {kept_file} are trusted from its first line (key"
+                f" {kept[0].key_id[:16]}, trust on first use); pass --trusted-key to anchor them"
+            )
 
 
 @audit.command("checkpoint")
@@ -112,9 +134,10 @@ def verify(from_position: int, batch_size: int, kept_file: Path | None) -> None:
 )
 def checkpoint(out: Path | None) -> None:
     """Sign the log's head now, record it in the log, and print it as a JSON line."""
+    from events.merkle_store import PostgresTree
     from service.application.actor import Actor
-    from service.application.checkpoints import CheckpointError, document
-    from service.runtime.signing import checkpoint_service, publish
+    from service.application.checkpoints import CheckpointError, kept_line
+    from service.runtime.signing import checkpoint_service, publish, publish_note
 
     settings = Settings.from_env()
     if out is not None:
@@ -122,7 +145,10 @@ def checkpoint(out: Path | None) -> None:
     try:
         with database_url(settings) as url, open_pool(url, max_size=1) as pool:
             service = checkpoint_service(
-                settings, PostgresEventStore(pool, upcasters=upcasters()), utc_now
+                settings,
+                PostgresEventStore(pool, upcasters=upcasters()),
+                utc_now,
+                PostgresTree(pool),
             )
             if service is None:
                 raise click.ClickException(
@@ -130,6 +156,7 @@ def checkpoint(out: Path | None) -> None:
                     " (make one with `shoebox keys signing-key create --out FILE`)"
                 )
             signed = service.sign_head(Actor(f"cli:{getpass.getuser()}", "cli"))
+            publish_note(settings, service.latest_tree())
     except CheckpointError as error:
         raise click.ClickException(str(error)) from error
     except psycopg.OperationalError as error:
@@ -137,7 +164,36 @@ def checkpoint(out: Path | None) -> None:
     if signed is None:
         raise click.ClickException("the log is empty: there is no head to sign")
     publish(settings, signed)
-    click.echo(json.dumps(document(signed), sort_keys=True, separators=(",", ":")))
+    click.echo(kept_line(signed))
+
+
+@audit.command("tree")
+def tree() -> None:
+    """Bring the log's Merkle tree up to the head now, and print its size and root.
+
+    The checkpoint job does this before it signs; run it once by hand to backfill the tree of
+    a long log before the first tree checkpoint (each batch is its own transaction, so it
+    can be stopped and resumed).
+    """
+    import base64
+
+    from events.merkle import root
+    from events.merkle_store import PostgresTree, integrate
+
+    settings = Settings.from_env()
+    started = time.monotonic()
+    try:
+        with database_url(settings) as url, open_pool(url, max_size=1) as pool:
+            store, nodes = PostgresEventStore(pool, upcasters=upcasters()), PostgresTree(pool)
+            before = nodes.size()
+            size = integrate(store, nodes, up_to=store.head())
+            tree_root = root(size, nodes)
+    except psycopg.OperationalError as error:
+        raise AuditUnavailable(f"cannot reach the database: {error}") from error
+    click.echo(
+        f"tree: {size} leaves ({size - before} added in {time.monotonic() - started:.1f} s),"
+        f" root {base64.b64encode(tree_root).decode()}"
+    )
 
 
 def _what(link: ChainBreak) -> str:
@@ -161,7 +217,14 @@ def _kept(path: Path | None) -> list[CheckpointSigned]:
         raise AuditUnavailable(f"the kept checkpoints: {error}") from error
 
 
-def _unmet(pool: Pool, kept: list[CheckpointSigned]) -> list[str]:
+def _public_keys(keys: tuple[str, ...]) -> tuple[str, ...]:
+    for key in keys:
+        if not _PUBLIC_KEY.fullmatch(key):
+            raise click.BadParameter(f"a public key is 64 lowercase hex characters, not {key!r}")
+    return keys
+
+
+def _unmet(pool: Pool, kept: list[CheckpointSigned], trusted: tuple[str, ...]) -> list[str]:
     if not kept:
         return []
     from service.application.checkpoints import check_kept
@@ -172,7 +235,7 @@ def _unmet(pool: Pool, kept: list[CheckpointSigned]) -> list[str]:
             [[c.position for c in kept]],
         ).fetchall()
     hashes = {int(position): str(found) for position, found in rows}
-    return check_kept(kept, hashes.get)
+    return check_kept(kept, hashes.get, trusted)
 
 
 def _hash_before(pool: Pool, position: int) -> str:

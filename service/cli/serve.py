@@ -33,6 +33,7 @@ from gunicorn.glogging import Logger
 
 from events.migrations import apply_migrations
 from service.embedded import database_url
+from service.runtime.logs import configure_logging
 from service.runtime.settings import MULTIPROC_VARIABLE, Settings
 
 # Enough workers to keep the cores busy while others wait on PostgreSQL, and few enough that
@@ -45,6 +46,8 @@ DEFAULT_GEVENT_POOL_SIZE = 6
 WORKER_CONNECTIONS = 2000
 """Connections one gevent worker holds at once, feed clients included."""
 GRACEFUL_TIMEOUT_SECONDS = 10
+
+_logger = logging.getLogger(__name__)
 
 
 class ShoeboxServer(BaseApplication):  # type: ignore[misc]
@@ -125,6 +128,7 @@ def gunicorn_options(
     bind: str | list[str], workers: int, threads: int, worker_class: str = "gevent"
 ) -> dict[str, Any]:
     """Gunicorn's settings for a Shoebox server."""
+    from service.cli.workers import WORKER_CLASS_PATHS
     from service.runtime.logs import gunicorn_log_config
     from service.web.app import MAX_HEADER_FIELD_BYTES, MAX_HEADER_FIELDS
 
@@ -134,7 +138,8 @@ def gunicorn_options(
         "bind": [bind] if isinstance(bind, str) else bind,
         "workers": workers,
         "threads": threads,
-        "worker_class": worker_class,
+        # gunicorn's own workers, but for their error pages: problems, not HTML.
+        "worker_class": WORKER_CLASS_PATHS[worker_class],
         "worker_connections": WORKER_CONNECTIONS,
         # The app is built after the fork: a psycopg pool must not cross one.
         "preload_app": False,
@@ -153,9 +158,10 @@ def gunicorn_options(
         "logconfig_dict": gunicorn_log_config("api"),
         "logger_class": GunicornLogger,
         "graceful_timeout": GRACEFUL_TIMEOUT_SECONDS,
-        # The app answers a request line or header over its limits with a 414 or 431 problem;
-        # gunicorn would answer in HTML, so its own limits sit above the app's, as a backstop
-        # against abuse only. 8190 is the longest line gunicorn bounds (0 would bound none).
+        # The app answers a request line or header over its limits with a 414 or 431 problem
+        # that names the limit; gunicorn's own limits sit above the app's, as a backstop
+        # against abuse only, answered as problems by the workers above. 8190 is the longest
+        # line gunicorn bounds (0 would bound none).
         "limit_request_line": 8190,
         "limit_request_field_size": 2 * MAX_HEADER_FIELD_BYTES,
         "limit_request_fields": 2 * MAX_HEADER_FIELDS,
@@ -234,6 +240,11 @@ def serve(
     bind: str | None, workers: int, worker_class: str, threads: int, pool_size: int | None
 ) -> None:
     """Apply migrations, then serve the API and its live feed under gunicorn until stopped."""
+    # Every line the server writes is JSON, from its first; gunicorn takes the same shape
+    # (gunicorn_log_config). A Python warning (gevent's, as a worker patches) is logged too,
+    # rather than printed as text in the middle of them; forked workers inherit both.
+    configure_logging("api")
+    logging.captureWarnings(True)
     settings = Settings.from_env()
     address = bind or f"{settings.api_host}:{settings.api_port}"
     binds = [address]
@@ -248,22 +259,23 @@ def serve(
 
         applied = apply_migrations(url)
         if applied:
-            click.echo(f"applied {len(applied)} migration(s)", err=True)
+            _logger.info("applied %d migration(s)", len(applied))
         wired = replace(settings, database_url=url)
         if settings.demo:
             # Before the workers fork, so that every worker's /play acts with the same keys.
             from service.runtime.demo import ensure_demo_keys
 
             ensure_demo_keys(url, settings.data_dir)
-            click.echo(f"demo mode: /play is served on http://{address}/play", err=True)
+            _logger.info("demo mode: /play is served on http://%s/play", address)
         _recover_interrupted_rounds(wired)
         # A connection per thread, and one over for the key ring's refresh between requests.
         size = pool_size or (DEFAULT_GEVENT_POOL_SIZE if worker_class == "gevent" else threads + 1)
-        click.echo(
-            f"serving on http://{address}/v1 ({workers} {worker_class} workers"
-            + (f" x {threads} threads" if worker_class == "gthread" else "")
-            + ")",
-            err=True,
+        _logger.info(
+            "serving on http://%s/v1 (%d %s workers%s)",
+            address,
+            workers,
+            worker_class,
+            f" x {threads} threads" if worker_class == "gthread" else "",
         )
         ShoeboxServer(
             lambda: create_app(wired, pool_size=size),
@@ -307,7 +319,7 @@ def _recover_interrupted_rounds(settings: Settings) -> None:
         open_rounds = PostgresOpenRounds(pool, upcasters())
         recovered = recover_on_start(store, games, utc_now, open_rounds)
     if recovered:
-        click.echo(f"recovered {recovered} interrupted round(s)", err=True)
+        _logger.info("recovered %d interrupted round(s)", recovered)
 
 
 commands: list[click.Command] = [serve]

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
 from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
 
+from events.merkle_store import MemoryTree, PostgresTree, TreeStore
 from events.postgres import Pool
 from events.snapshots import InMemorySnapshotStore, PostgresSnapshotStore, SnapshotStore
 from events.store import Clock, EventStore, JsonValue
@@ -49,6 +50,8 @@ class Container:
     projections: ProjectionService | None = None
     # The live feed: None without a PostgreSQL pool, since it follows the log by LISTEN.
     feed: FeedService | None = None
+    # The log's Merkle tree, which the checkpoint job integrates; the API only reads it.
+    tree: TreeStore = field(default_factory=MemoryTree)
 
     def close(self) -> None:
         """Stop the feed's tail and release the connections create_app opened."""
@@ -99,6 +102,7 @@ def wire(
         projections=projections,
         alias_secret=alias_secret(pool),
         feed=None if pool is None else feed_service(settings, pool, clock, projections),
+        tree=MemoryTree() if pool is None else PostgresTree(pool),
     )
 
 

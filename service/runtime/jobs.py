@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Final
 
+from events.merkle_store import PostgresTree
 from events.postgres import Pool, PostgresEventStore, app_conninfo, open_pool
 from events.snapshots import PostgresSnapshotStore
 from events.store import EventStore, utc_now
@@ -32,7 +33,7 @@ from service.runtime.failpoints import deal_append_hook
 from service.runtime.metrics import MeteredEventStore, observe_window_close
 from service.runtime.scheduler import CLOSERS, WINDOW_QUEUE, RedisWindowScheduler
 from service.runtime.settings import Settings, SettingsError
-from service.runtime.signing import checkpoint_service, publish
+from service.runtime.signing import checkpoint_service, publish, publish_note
 
 if TYPE_CHECKING:
     from rq import Queue
@@ -160,6 +161,7 @@ def sign_checkpoint() -> str:
     if checkpoint is None:
         return "nothing new to sign"
     publish(services.settings, checkpoint)
+    publish_note(services.settings, services.checkpoints.latest_tree())
     log.info("signed checkpoint at position %d", checkpoint.position)
     return f"signed position {checkpoint.position}"
 
@@ -241,7 +243,7 @@ def _build(settings: Settings, queue_name: str) -> _Services:
         tables=tables,
         pool=pool,
         settings=settings,
-        checkpoints=checkpoint_service(settings, store, utc_now),
+        checkpoints=checkpoint_service(settings, store, utc_now, PostgresTree(pool)),
     )
 
 

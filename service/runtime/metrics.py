@@ -70,6 +70,17 @@ WINDOW_CLOSE_DELAY = Histogram(
     "How long after its deadline the worker closed a betting window.",
     buckets=(0.05, 0.1, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0),
 )
+WITNESS_FAILURES = Counter(
+    "shoebox_witness_failures_total",
+    "Tree checkpoints a configured witness did not cosign, by witness and reason; alert on any.",
+    ["witness", "reason"],
+)
+WITNESS_COSIGNED_SIZE = Gauge(
+    "shoebox_witness_cosigned_size",
+    "The largest tree size each witness has cosigned; a witness left behind shows here.",
+    ["witness"],
+    multiprocess_mode="max",
+)
 FEED_CLIENTS = Gauge(
     "shoebox_feed_clients",
     "Live feed connections open now.",
@@ -147,9 +158,11 @@ class MeteredEventStore(EventStore):
         """The inner store's record_response."""
         return self._inner.record_response(key, response)
 
-    def store_shoe_secret(self, shoe_id: str, server_seed: str) -> None:
-        """The inner store's store_shoe_secret."""
-        self._inner.store_shoe_secret(shoe_id, server_seed)
+    def claim_shoe_secret(
+        self, table_id: str, nonce: int, shoe_id: str, server_seed: str
+    ) -> tuple[str, str]:
+        """The inner store's claim_shoe_secret."""
+        return self._inner.claim_shoe_secret(table_id, nonce, shoe_id, server_seed)
 
     def load_shoe_secret(self, shoe_id: str) -> str | None:
         """The inner store's load_shoe_secret."""

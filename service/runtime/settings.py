@@ -49,6 +49,13 @@ class Settings:
     previous_signing_key: str | None = None
     # Where each checkpoint is also appended as a JSON line, e.g. a regulator's mount.
     checkpoint_file: Path | None = None
+    # The Merkle tree's checkpoints (docs/verification.md, "Proving one round"): the log's
+    # origin line, which names this log to verifiers and witnesses; None signs no tree notes
+    # (demo mode signs as the example origin). The latest note is also written to note_file.
+    log_origin: str | None = None
+    note_file: Path | None = None
+    # Witnesses each tree checkpoint is shown to: "URL VKEY" pairs, one per witness.
+    witnesses: tuple[tuple[str, str], ...] = ()
     # How often an idle live feed sends a comment, so proxies and clients know it is alive.
     feed_heartbeat_seconds: float = DEFAULT_FEED_HEARTBEAT_SECONDS
     # GET /metrics on the API's address (docs/operations.md, "Metrics").
@@ -130,6 +137,9 @@ class Settings:
             previous_signing_key_file=path("SHOEBOX_PREVIOUS_SIGNING_KEY_FILE"),
             previous_signing_key=text("SHOEBOX_PREVIOUS_SIGNING_KEY"),
             checkpoint_file=path("SHOEBOX_CHECKPOINT_FILE"),
+            log_origin=text("SHOEBOX_LOG_ORIGIN"),
+            note_file=path("SHOEBOX_NOTE_FILE"),
+            witnesses=_witnesses(text("SHOEBOX_WITNESSES")),
             feed_heartbeat_seconds=heartbeat_seconds,
             metrics_access=metrics_access,
             metrics_port=port("SHOEBOX_METRICS_PORT"),
@@ -140,6 +150,23 @@ class Settings:
             rate_limit_burst=int(number("SHOEBOX_RATE_LIMIT_BURST", DEFAULT_RATE_LIMIT_BURST, 1)),
             demo=_flag(environ, "SHOEBOX_DEMO"),
         )
+
+
+def _witnesses(value: str | None) -> tuple[tuple[str, str], ...]:
+    # "URL VKEY" pairs separated by commas or newlines: a vkey holds neither.
+    if value is None:
+        return ()
+    pairs = []
+    for entry in value.replace("\n", ",").split(","):
+        if not entry.strip():
+            continue
+        parts = entry.split()
+        if len(parts) != 2 or not parts[0].startswith(("http://", "https://")):
+            raise SettingsError(
+                f"SHOEBOX_WITNESSES takes 'URL VKEY' pairs separated by commas, not {entry!r}"
+            )
+        pairs.append((parts[0], parts[1]))
+    return tuple(pairs)
 
 
 def _flag(environ: Mapping[str, str], name: str) -> bool:

@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
-from domain.audit import CheckpointSigned
+from domain.audit import CheckpointSigned, TreeCheckpointSigned
+from events.merkle_store import TreeStore
 from events.store import EventStore
 from service.application.checkpoints import (
     CheckpointError,
     CheckpointService,
     SigningKey,
-    document,
+    TreeSigning,
+    kept_line,
 )
+from service.application.tree_notes import EXAMPLE_ORIGIN
 from service.runtime.settings import Settings, SettingsError
+from service.runtime.witnesses import HttpWitnesses, Witness
 
 
 def _load(file: Path | None, text: str | None, what: str) -> SigningKey | None:
@@ -46,14 +49,45 @@ def signing_keys(settings: Settings) -> tuple[SigningKey, SigningKey | None] | N
     return key, previous
 
 
+def log_origin(settings: Settings) -> str | None:
+    """The origin the tree's notes are signed as; None when none is configured.
+
+    The example origin names no real log, so two casinos using it could not be told apart by
+    a witness or a verifier: it is refused outside demo mode, where it is the default.
+    """
+    origin = settings.log_origin
+    if origin is None:
+        return EXAMPLE_ORIGIN if settings.demo else None
+    if origin == EXAMPLE_ORIGIN and not settings.demo:
+        raise SettingsError(
+            f"SHOEBOX_LOG_ORIGIN is the example origin {EXAMPLE_ORIGIN!r}; name this log"
+            " (e.g. casino.example/shoebox) to sign tree checkpoints outside demo mode"
+        )
+    return origin
+
+
 def checkpoint_service(
-    settings: Settings, store: EventStore, clock: Callable[[], datetime]
+    settings: Settings,
+    store: EventStore,
+    clock: Callable[[], datetime],
+    tree: TreeStore | None = None,
 ) -> CheckpointService | None:
-    """The checkpoint service over `store`, or None when no signing key is configured."""
+    """The checkpoint service over `store`, or None when no signing key is configured.
+
+    With a tree and an origin it signs the tree's notes too, showing them to the witnesses.
+    """
     keys = signing_keys(settings)
     if keys is None:
         return None
-    return CheckpointService(store, clock, keys[0], keys[1])
+    origin = log_origin(settings)
+    signing = None
+    if tree is not None and origin is not None:
+        try:
+            witnesses = [Witness.parse(url, vkey) for url, vkey in settings.witnesses]
+        except ValueError as error:
+            raise SettingsError(f"SHOEBOX_WITNESSES: {error}") from error
+        signing = TreeSigning(tree, origin, HttpWitnesses(witnesses) if witnesses else None)
+    return CheckpointService(store, clock, keys[0], keys[1], signing)
 
 
 def write_key_file(path: Path, key: SigningKey) -> None:
@@ -64,10 +98,21 @@ def write_key_file(path: Path, key: SigningKey) -> None:
         file.write(key.seed_hex() + "\n")
 
 
+def publish_note(settings: Settings, tree_checkpoint: TreeCheckpointSigned | None) -> None:
+    """Replace the note file, if one is named, with the latest tree checkpoint's note.
+
+    Written to a temporary file and renamed, so a reader never sees half a note.
+    """
+    if settings.note_file is None or tree_checkpoint is None:
+        return
+    temporary = settings.note_file.with_name(settings.note_file.name + ".tmp")
+    temporary.write_text(tree_checkpoint.note)
+    os.replace(temporary, settings.note_file)
+
+
 def publish(settings: Settings, checkpoint: CheckpointSigned) -> None:
     """Append the checkpoint to the settings' checkpoint file, if one is named."""
     if settings.checkpoint_file is None:
         return
-    line = json.dumps(document(checkpoint), sort_keys=True, separators=(",", ":"))
     with settings.checkpoint_file.open("a") as file:
-        file.write(line + "\n")
+        file.write(kept_line(checkpoint) + "\n")

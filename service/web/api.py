@@ -1,7 +1,8 @@
 """The REST API's plumbing: a typed Blueprint, blueprint discovery, and the per-request accessors.
 
 A resource is one module of service/web/resources that exports `blp`, a `service.web.api.Blueprint`
-carrying `MethodView`s whose methods declare their roles with `service.web.auth.roles`.
+carrying `MethodView`s whose methods declare their roles with `service.web.auth.roles`, and
+may export `COMPONENTS`, JSON Schemas by name for its documentation to refer to.
 `register_blueprints` mounts every such module under /v1 in the order of the module names,
 so adding a resource is adding a module; no central list needs editing.
 
@@ -39,6 +40,7 @@ from service.web.problems import PROBLEM_MIMETYPE, Problem, ProblemSchema, http_
 
 __all__ = [
     "API_PREFIX",
+    "REQUEST_ID_HEADER",
     "Blueprint",
     "ShoeboxApi",
     "StrictJsonParser",
@@ -50,6 +52,8 @@ __all__ = [
 ]
 
 API_PREFIX: Final = "/v1"
+REQUEST_ID_HEADER: Final = "X-Request-Id"
+"""The header that names a request in its answer and its log line; a caller may choose it."""
 OPERATOR_PARAMETER: Final = "operator"
 OPERATOR_QUERY_PARAMETER: Final[dict[str, Any]] = {
     "in": "query",
@@ -209,5 +213,9 @@ def register_blueprints(api: ShoeboxApi) -> list[str]:
         if not isinstance(blueprint, Blueprint):
             continue
         api.register_blueprint(blueprint, url_prefix=API_PREFIX + (blueprint.url_prefix or ""))
+        # JSON Schemas the module's documentation refers to by name, that no marshmallow
+        # schema of its views brings in (the feed's messages).
+        for name, component in getattr(module, "COMPONENTS", {}).items():
+            api.spec.components.schema(name, component)
         mounted.append(module_info.name)
     return mounted

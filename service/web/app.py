@@ -21,10 +21,17 @@ from service.runtime.container import wire
 from service.runtime.scheduler import RedisWindowScheduler
 from service.runtime.settings import Settings, SettingsError
 from service.web import idempotency, operators, rate_limits
-from service.web.api import API_PREFIX, EXTENSION, ShoeboxApi, register_blueprints
+from service.web.api import (
+    API_PREFIX,
+    EXTENSION,
+    REQUEST_ID_HEADER,
+    ShoeboxApi,
+    register_blueprints,
+)
 from service.web.auth import authenticate_request, check_roles_declared
 from service.web.fields import IdConverter, check_path_ids, id_parameter_schema
 from service.web.operations import register_operations
+from service.web.pages import mount_pages
 from service.web.problems import Problem, register_problem_handlers
 
 API_TITLE: Final = "Shoebox"
@@ -40,7 +47,6 @@ DEFAULT_POOL_SIZE: Final = 8
 # How long a request waits for a database connection before it is a 503: short enough that
 # no request hangs while PostgreSQL is away, long enough to ride out a burst.
 POOL_WAIT_SECONDS: Final = 5.0
-REQUEST_ID_HEADER: Final = "X-Request-Id"
 BEARER_SCHEME: Final = "bearerAuth"
 # A caller's request id is echoed in a header and recorded in the log, so it is held to
 # printable ASCII without spaces; anything else is replaced by one of ours.
@@ -62,6 +68,12 @@ request is a 422 problem; a key whose first request is still running, a 409.
 Errors are RFC 9457 `application/problem+json` documents with `type`, `title`, `status`,
 `detail` and `request_id`; validation errors add `errors` (field, message, location), and a
 refused game rule adds `rule`. Send `X-Request-Id` to choose the request id; it is echoed.
+A request the server cannot read at all (a request line or headers too large, not HTTP) is
+answered with a problem too.
+
+The live feeds are `text/event-stream`. This document is OpenAPI 3.1, which has no
+`itemSchema` (3.2): following schemathesis's convention for event streams under 3.1, a feed's
+`schema` describes one message (`id`, `event`, and `data`, whose JSON `contentSchema` names).
 """
 
 
@@ -144,9 +156,6 @@ def create_app(
     app.after_request(_echo_request_id)
     app.after_request(idempotency.finish_request)
     app.after_request(operators.name_players)
-    # Imported here: the pages import this module's constants, and sit in front of its app.
-    from service.web.pages import mount_pages
-
     mount_pages(app, settings, clock)
     return app
 

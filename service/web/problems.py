@@ -58,12 +58,17 @@ PROBLEM_TITLES: Final[Mapping[str, str]] = {
     "body-too-large": "The request body is too large",
     "request-line-too-long": "The request line is too long",
     "headers-too-large": "The request's headers are too large",
+    "unsupported-transfer-coding": "The request body's transfer coding is not supported",
+    "expectation-failed": "The request's Expect header cannot be met",
+    "connection-refused": "The server does not take requests over this connection",
     "unsupported-media-type": "The request body must be application/json",
     "validation-failed": "The request did not validate",
     "too-many-requests": "Too many requests from this API key",
     "internal-error": "Internal server error",
     "service-unavailable": "The service is unavailable",
     "log-busy": "The log is too busy to record this now; retry shortly",
+    "tree-behind": "The log's Merkle tree does not reach that size yet",
+    "proof-unavailable": "No signed tree checkpoint can prove this at that size",
 }
 
 _SLUG_BY_STATUS: Final[Mapping[int, str]] = {

@@ -7,7 +7,8 @@ never part of it: only a revealed seed is one of the events.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
@@ -28,15 +29,18 @@ from domain.round import (
 )
 from domain.table import (
     TABLE_EVENT_TYPES,
+    PlayerChangedSeat,
     PlayerLeft,
     PlayerRemoved,
     PlayerSat,
     ShoeOpened,
     ShoeRevealed,
+    TableEvent,
     is_round_event,
 )
 from service.application.appends import Outcome, Receipt
 from service.application.streams import table_stream
+from service.application.wallets import Balance, WalletService
 
 
 class BetEntrySchema(ma.Schema):
@@ -128,6 +132,14 @@ class RevealedShoeSchema(ma.Schema):
     server_seed = ma.fields.String(required=True)
 
 
+class BalanceAfterSchema(ma.Schema):
+    """A wallet's balances just after a command, at the wallet version the command made."""
+
+    available_pence = ma.fields.Integer(required=True)
+    reserved_pence = ma.fields.Integer(required=True)
+    version = ma.fields.Integer(required=True, metadata={"description": "The wallet's version."})
+
+
 class TableActionSchema(ma.Schema):
     """What a command at a table did, and everything its append dealt or settled with it."""
 
@@ -159,6 +171,18 @@ class TableActionSchema(ma.Schema):
         },
     )
     table_version = ma.fields.Integer(required=True)
+    balance_after = ma.fields.Nested(
+        BalanceAfterSchema,
+        required=True,
+        allow_none=True,
+        metadata={
+            "description": "The wallet of `player_id` (the player who acts; for a removal,"
+            " the player removed) just after this command, exactly (not the read model's):"
+            " null when the command moved none of their money (Deal pressed while others"
+            " still have to act, a seat taken). Other players' balances are theirs, and never"
+            " in the answer."
+        },
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,120 +204,182 @@ class TableAction:
     next_round: dict[str, Any] | None
     window_closes_at: datetime | None
     table_version: int
+    balance_after: dict[str, int] | None
 
 
-def table_action(table_id: str, player_id: str | None, receipt: Receipt | Outcome) -> TableAction:
+def table_action(
+    table_id: str,
+    player_id: str | None,
+    receipt: Receipt | Outcome,
+    balance_after: Balance | None = None,
+) -> TableAction:
     """The answer to a table command, from the events its append records.
 
     Positions are no part of it, so it is the same from the prepared outcome, before the
     append, as from the receipt after: the answer can be stored by the append itself.
+    `balance_after` is `player_id`'s wallet just after the command, if it moved it.
     """
+    collected = _Collected(player_id)
+    for event in receipt.events:
+        if isinstance(event, TABLE_EVENT_TYPES):  # not the wallets' side of the same append
+            collected.add(event)
+    return TableAction(
+        table_id=table_id,
+        player_id=player_id,
+        round_id=collected.round_id
+        if collected.round_id is not None or collected.coup is None
+        else collected.coup["round_id"],
+        seat=collected.seat,
+        actions=collected.actions,
+        bets=collected.bets,
+        returned=collected.returned,
+        excluded=collected.excluded,
+        coup=collected.coup,
+        settlements=collected.settlements,
+        shoe_revealed=collected.revealed,
+        shoe_opened=collected.opened_shoe,
+        next_round=collected.next_round,
+        window_closes_at=collected.window_closes_at,
+        table_version=receipt.versions.get(table_stream(table_id), 0),
+        balance_after=None
+        if balance_after is None
+        else {
+            "available_pence": balance_after.available,
+            "reserved_pence": balance_after.reserved,
+            "version": balance_after.version,
+        },
+    )
+
+
+@dataclass(slots=True)
+class _Collected:
+    """The parts of an answer, gathered event by event in append order."""
+
+    player_id: str | None
     round_id: str | None = None
     seat: int | None = None
-    bets: list[dict[str, Any]] = []
-    returned: list[dict[str, Any]] = []
-    excluded: list[dict[str, Any]] = []
-    settlements: list[dict[str, Any]] = []
-    cards: list[dict[str, Any]] = []
-    stands: list[dict[str, Any]] = []
+    actions: list[str] = field(default_factory=list)
+    bets: list[dict[str, Any]] = field(default_factory=list)
+    returned: list[dict[str, Any]] = field(default_factory=list)
+    excluded: list[dict[str, Any]] = field(default_factory=list)
+    settlements: list[dict[str, Any]] = field(default_factory=list)
+    cards: list[dict[str, Any]] = field(default_factory=list)
+    stands: list[dict[str, Any]] = field(default_factory=list)
     coup: dict[str, Any] | None = None
     revealed: dict[str, Any] | None = None
     opened_shoe: dict[str, Any] | None = None
     next_round: dict[str, Any] | None = None
     window_closes_at: datetime | None = None
-    actions: list[str] = []
-    for event in receipt.events:
-        if not isinstance(event, TABLE_EVENT_TYPES):
-            continue  # the wallets' side of the same append
-        actions.append(event.type)
-        if round_id is None and is_round_event(event) and _acts(event, player_id):
-            round_id = event.round_id
-        match event:
-            case PlayerSat() | PlayerLeft() if event.player_id == player_id:
-                seat = event.seat
-            case PlayerRemoved() if event.player_id == player_id:
-                seat = event.seat
-            case BetPlaced():
-                bets.append(_bet(event))
-            case StakeReturned():
-                returned.append({**_bet(event), "reason": str(event.reason)})
-            case PlayerExcluded():
-                excluded.append(
-                    {"seat": event.seat, "player_id": event.player_id, "reason": str(event.reason)}
-                )
-            case CardDrawn():
-                cards.append(
-                    {
-                        "hand": str(event.hand),
-                        "position": event.position,
-                        "card": event.card,
-                        "reason": event.reason,
-                        "shoe_id": event.shoe_id,
-                    }
-                )
-            case HandStood():
-                stands.append({"hand": str(event.hand), "reason": event.reason})
-            case CoupCompleted():
-                coup = {
-                    "round_id": event.round_id,
-                    "shoe_id": cards[0]["shoe_id"] if cards else "",
-                    "cards": cards,
-                    "stands": stands,
-                    "player_total": event.player_total,
-                    "banker_total": event.banker_total,
-                    "outcome": str(event.outcome),
-                }
-            case BetSettled():
-                settlements.append(
-                    {
-                        **_bet(event),
-                        "payout_pence": event.payout,
-                        "commission_pence": event.commission,
-                    }
-                )
-            case ShoeRevealed():
-                revealed = {"shoe_id": event.shoe_id, "server_seed": event.server_seed}
-            case ShoeOpened():
-                opened_shoe = {
-                    "shoe_id": event.shoe_id,
-                    "server_seed_hash": event.server_seed_hash,
-                    "client_seed": event.client_seed,
-                    "nonce": event.nonce,
-                    "decks": event.decks,
-                    "hands": event.hands,
-                }
-            case RoundOpened() if coup is not None or round_id != event.round_id:
-                # A round opened after this command's own: the table moving on.
-                next_round = {
-                    "round_id": event.round_id,
-                    "number": event.number,
-                    "window_closes_at": datetime.fromisoformat(event.deadline),
-                    "seats": [seat_number for seat_number, _ in event.participants],
-                }
-            case RoundOpened():
-                # This command's own round: the bet that opened it.
-                window_closes_at = datetime.fromisoformat(event.deadline)
-            case _:
-                pass
-    if round_id is None and coup is not None:
-        round_id = coup["round_id"]
-    return TableAction(
-        table_id=table_id,
-        player_id=player_id,
-        round_id=round_id,
-        seat=seat,
-        actions=actions,
-        bets=bets,
-        returned=returned,
-        excluded=excluded,
-        coup=coup,
-        settlements=settlements,
-        shoe_revealed=revealed,
-        shoe_opened=opened_shoe,
-        next_round=next_round,
-        window_closes_at=window_closes_at,
-        table_version=receipt.versions.get(table_stream(table_id), 0),
-    )
+
+    def add(self, event: TableEvent) -> None:
+        self.actions.append(event.type)
+        if self.round_id is None and is_round_event(event) and _acts(event, self.player_id):
+            self.round_id = event.round_id
+        collect = _COLLECTORS.get(type(event))
+        if collect is not None:
+            collect(self, event)
+
+    def _seat(self, event: PlayerSat | PlayerLeft | PlayerRemoved | PlayerChangedSeat) -> None:
+        if event.player_id == self.player_id:
+            self.seat = event.seat
+
+    def _bet(self, event: BetPlaced) -> None:
+        self.bets.append(_bet(event))
+
+    def _returned(self, event: StakeReturned) -> None:
+        self.returned.append({**_bet(event), "reason": str(event.reason)})
+
+    def _excluded(self, event: PlayerExcluded) -> None:
+        self.excluded.append(
+            {"seat": event.seat, "player_id": event.player_id, "reason": str(event.reason)}
+        )
+
+    def _card(self, event: CardDrawn) -> None:
+        self.cards.append(
+            {
+                "hand": str(event.hand),
+                "position": event.position,
+                "card": event.card,
+                "reason": event.reason,
+                "shoe_id": event.shoe_id,
+            }
+        )
+
+    def _stand(self, event: HandStood) -> None:
+        self.stands.append({"hand": str(event.hand), "reason": event.reason})
+
+    def _coup(self, event: CoupCompleted) -> None:
+        self.coup = {
+            "round_id": event.round_id,
+            "shoe_id": self.cards[0]["shoe_id"] if self.cards else "",
+            "cards": self.cards,
+            "stands": self.stands,
+            "player_total": event.player_total,
+            "banker_total": event.banker_total,
+            "outcome": str(event.outcome),
+        }
+
+    def _settled(self, event: BetSettled) -> None:
+        self.settlements.append(
+            {**_bet(event), "payout_pence": event.payout, "commission_pence": event.commission}
+        )
+
+    def _shoe_revealed(self, event: ShoeRevealed) -> None:
+        self.revealed = {"shoe_id": event.shoe_id, "server_seed": event.server_seed}
+
+    def _shoe_opened(self, event: ShoeOpened) -> None:
+        self.opened_shoe = {
+            "shoe_id": event.shoe_id,
+            "server_seed_hash": event.server_seed_hash,
+            "client_seed": event.client_seed,
+            "nonce": event.nonce,
+            "decks": event.decks,
+            "hands": event.hands,
+        }
+
+    def _round_opened(self, event: RoundOpened) -> None:
+        if self.coup is None and self.round_id == event.round_id:
+            # This command's own round: the bet that opened it.
+            self.window_closes_at = datetime.fromisoformat(event.deadline)
+            return
+        # A round opened after this command's own: the table moving on.
+        self.next_round = {
+            "round_id": event.round_id,
+            "number": event.number,
+            "window_closes_at": datetime.fromisoformat(event.deadline),
+            "seats": [seat_number for seat_number, _ in event.participants],
+        }
+
+
+# What each kind of table event adds to an answer; any other kind adds only its type.
+_COLLECTORS: Final[dict[type[Any], Callable[[_Collected, Any], None]]] = {
+    PlayerSat: _Collected._seat,
+    PlayerLeft: _Collected._seat,
+    PlayerRemoved: _Collected._seat,
+    PlayerChangedSeat: _Collected._seat,
+    BetPlaced: _Collected._bet,
+    StakeReturned: _Collected._returned,
+    PlayerExcluded: _Collected._excluded,
+    CardDrawn: _Collected._card,
+    HandStood: _Collected._stand,
+    CoupCompleted: _Collected._coup,
+    BetSettled: _Collected._settled,
+    ShoeRevealed: _Collected._shoe_revealed,
+    ShoeOpened: _Collected._shoe_opened,
+    RoundOpened: _Collected._round_opened,
+}
+
+
+def answered_with_balance(
+    table_id: str, player_id: str, wallets: WalletService
+) -> Callable[[Receipt | Outcome], TableAction]:
+    """How a view answers a table command: the action, and the player's wallet just after it."""
+
+    def render(receipt: Receipt | Outcome) -> TableAction:
+        balance = wallets.balances_after(receipt).get(player_id)
+        return table_action(table_id, player_id, receipt, balance)
+
+    return render
 
 
 _ACTS: Final = (BetPlaced, StakeReturned, DealPressed, PlayerPassed, PlayerExcluded)

@@ -47,6 +47,9 @@ class Shoebox:
 
     base: str
     keys: dict[str, str]
+    # The projector's process, so that a test can hold the read models back (SIGSTOP) as a
+    # slow projector would, and let them go on (SIGCONT).
+    projector: subprocess.Popen[bytes] | None = None
 
     def call(self, method: str, path: str, body: object = None, role: str = "ops") -> Any:
         """A /v1 request with a demo key, as a casino's backend would make it."""
@@ -136,7 +139,7 @@ def shoebox(browser_database: str, tmp_path_factory: pytest.TempPathFactory) -> 
             stderr=subprocess.DEVNULL,
         )
         keys = json.loads((data_dir / "demo-keys.json").read_text())
-        yield Shoebox(base, {key["role"]: key["secret"] for key in keys})
+        yield Shoebox(base, {key["role"]: key["secret"] for key in keys}, projector)
     finally:
         if projector is not None:
             _stop(projector)

@@ -7,8 +7,10 @@ a real `make run` instead (tests/browser/make_run_screenshot.py): these tests ru
 
 import os
 import re
+import signal
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -237,6 +239,88 @@ def test_one_player_bets_with_mouse_and_every_shortcut_and_is_settled_exactly(
     ]
     wait_pence(page, "#balance", before + settlement(played, player))
     screenshot(page, tmp_path, "play")
+
+
+@contextmanager
+def projector_held(shoebox: Shoebox) -> Iterator[None]:
+    """The projector paused: the read models stay where they are until the block ends."""
+    assert shoebox.projector is not None
+    shoebox.projector.send_signal(signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        shoebox.projector.send_signal(signal.SIGCONT)
+
+
+def beads(page: Any) -> int:
+    return len(page.query_selector_all("#roads [data-road='bead_plate'] g.cell"))
+
+
+def test_a_coup_dealt_while_the_page_is_open_shows_the_exact_balance_and_all_its_beads(
+    context: Any, shoebox: Shoebox
+) -> None:
+    table = shoebox.table("exact", betting_window_ms=60_000)
+
+    def projected() -> bool:
+        try:
+            shoebox.call("GET", f"/v1/tables/{table}/statistics")
+        except AssertionError:  # a 404 until the read model has the new table
+            return False
+        return True
+
+    eventually(projected)
+    page = open_table(context, shoebox, table)
+    player = sit(page, 1)
+    wait_pence(page, "#balance", DEMO_FLOAT)
+    page.wait_for_function(
+        "() => document.querySelector('#roads').dataset.hands === '0'", timeout=WAIT_MS
+    )
+    with projector_held(shoebox):
+        # Nothing is projected from here on: what the page shows of money must not need it.
+        page.click("[data-chip='500']")
+        page.click("#spot-banker")
+        wait_pence(page, "#total-bet", 500)
+        wait_pence(page, "#balance", DEMO_FLOAT - 500)
+        page.click("#deal")
+        round_id = wait_outcome(page)
+        wallet = shoebox.call("GET", f"/v1/wallets/{player}", role="frontend")
+        assert wallet["reserved_pence"] == 0  # settled, whatever the outcome
+        wait_pence(page, "#balance", wallet["available_pence"])
+        # The wallet as the settlement left it, not the bet before it (a lost bet leaves the
+        # same available pence, so the version tells them apart).
+        page.wait_for_function(
+            "v => document.querySelector('#balance').dataset.version === String(v)",
+            arg=wallet["version"],
+            timeout=WAIT_MS,
+        )
+        assert page.get_attribute("#roads", "data-hands") == "0"  # the read model is held
+    # Once the read model has the coup, the page draws it without a reload.
+    hands = eventually(
+        lambda: shoebox.call("GET", f"/v1/tables/{table}/statistics")["roads"]["counts"]["hands"]
+    )
+    assert hands == 1
+    page.wait_for_function(
+        "n => document.querySelector('#roads').dataset.hands === String(n)",
+        arg=hands,
+        timeout=WAIT_MS,
+    )
+    assert beads(page) == hands
+
+    # The next coup, with the projector running as usual: the beads follow it too.
+    page.click("#spot-banker")
+    page.click("#deal")
+    page.wait_for_function(
+        "r => { const o = document.querySelector('#outcome');"
+        " return o.dataset.round && o.dataset.round !== r"
+        " && ['player','banker','tie'].includes(o.dataset.outcome); }",
+        arg=round_id,
+        timeout=WAIT_MS,
+    )
+    page.wait_for_function(
+        "() => document.querySelector('#roads').dataset.hands === '2'", timeout=WAIT_MS
+    )
+    assert beads(page) == 2
+    wait_pence(page, "#balance", balance_of(shoebox, player))
 
 
 def test_two_pages_at_one_table_see_each_others_bets_and_the_same_coup(

@@ -460,11 +460,23 @@ class EventStoreContract:
 
     def test_shoe_secrets_are_kept_out_of_the_log(self, store: EventStore) -> None:
         seed = "3f1c9a0b7d2e4f6a8c1b3d5e7f9a0c2e4b6d8f1a3c5e7092b4d6f8a1c3e5f709"
-        store.store_shoe_secret("shoe:T1:1", seed)
+        store.claim_shoe_secret("T1", 1, "shoe:T1:1", seed)
         store.append(one("shoe:T1:1", 0, NewEvent("ShoeOpened", {"nonce": 1})), DEALER)
         assert store.load_shoe_secret("shoe:T1:1") == seed
         assert store.load_shoe_secret("shoe:T1:2") is None
         with pytest.raises(ShoeSecretAlreadyStored):
-            store.store_shoe_secret("shoe:T1:1", "0" * 64)
+            store.claim_shoe_secret("T2", 1, "shoe:T1:1", "0" * 64)
         assert store.load_shoe_secret("shoe:T1:1") == seed
         assert all(seed not in repr(event) for event in store.read_all())
+
+    def test_a_tables_nonce_keeps_the_first_seed_claimed_for_it(self, store: EventStore) -> None:
+        first, second = "1" * 64, "2" * 64
+        assert store.claim_shoe_secret("T1", 1, "shoe-a", first) == ("shoe-a", first)
+        # A retry, or a twin that lost the race, gets the kept shoe back, not its own.
+        assert store.claim_shoe_secret("T1", 1, "shoe-b", second) == ("shoe-a", first)
+        assert store.load_shoe_secret("shoe-b") is None
+        assert store.claim_shoe_secret("T1", 2, "shoe-c", second) == ("shoe-c", second)
+        assert store.claim_shoe_secret("T2", 1, "shoe-d", second) == ("shoe-d", second)
+        assert store.load_shoe_secret("shoe-a") == first
+        with pytest.raises(ShoeSecretAlreadyStored):
+            store.claim_shoe_secret("T3", 1, "shoe-a", second)

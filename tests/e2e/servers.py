@@ -109,7 +109,11 @@ class Server:
 
 @contextmanager
 def serve(
-    database_url: str, log: Path, environment: Mapping[str, str] | None = None, workers: int = 2
+    database_url: str,
+    log: Path,
+    environment: Mapping[str, str] | None = None,
+    workers: int = 2,
+    options: tuple[str, ...] = (),
 ) -> Iterator[Server]:
     """`shoebox serve` on a socket of ours, as the image runs it; stopped afterwards."""
     env = {**os.environ, "DATABASE_URL": database_url, **(environment or {})}
@@ -124,6 +128,7 @@ def serve(
                 f"fd://{listener.fileno()}",
                 "--workers",
                 str(workers),
+                *options,
             ],
             env=env,
             stdout=sink,

@@ -94,3 +94,19 @@ def test_the_dashboard_refuses_a_frontend_key_and_never_echoes_the_key(tmp_path:
         client.post("/dashboard/api/tables/demo/reopenings", json={"reason": "x"}).status_code
         == 403
     )
+
+
+def test_the_play_page_moves_a_seated_player_in_one_step(tmp_path: Path) -> None:
+    client, _ = demo_client(tmp_path)
+    csrf = start_playing(client)
+    headers = {"X-CSRF-Token": csrf}
+    sat = client.post("/play/api/tables/demo/seats", json={"seat": 1}, headers=headers)
+    assert sat.status_code == 201, sat.get_json()
+    moved = client.post("/play/api/tables/demo/seats", json={"seat": 3}, headers=headers)
+    assert moved.status_code == 200, moved.get_json()
+    assert (moved.get_json()["seat"], moved.get_json()["actions"]) == (3, ["PlayerChangedSeat"])
+    state = client.get("/play/api/tables/demo/state").get_json()
+    mine = [
+        seat["seat"] for seat in state["seats"] if seat["player_id"] == sat.get_json()["player_id"]
+    ]
+    assert mine == [3]

@@ -173,8 +173,11 @@ def test_a_rebuild_of_the_overview_makes_the_same_rows(app_pool: Pool) -> None:
         status=201,
     )
     api.ok("DELETE", "/v1/tables/T1/mutes/alice", role=Role.OPS)
+    api.ok("PUT", "/v1/tables/T1/seats/alice", {"seat": 4})  # between hands: one step
     projector.catch_up(app_pool)
     before = overview(api)
+    seated = [s["player_id"] for s in before["tables"][0]["seats"]]
+    assert seated == [None, None, None, "alice", None, None, None]
     projector.rebuild(app_pool, ["overview"])
     assert overview(api) == before
 

@@ -28,6 +28,7 @@ def test_the_growth_benchmark_runs_in_quick_mode(postgres_server_url: str) -> No
         "warm bet",
         "cold first bet",
         "cold GET /state",
+        "cold GET /wallets/{player}",
         "recovery sweep",
         "significant events, first page",
         "shoe lookup",

@@ -177,7 +177,7 @@ def test_append_notifies_listeners_of_its_last_position(
 def test_the_events_table_never_holds_a_live_seed(
     store: PostgresEventStore, fresh_database: str
 ) -> None:
-    store.store_shoe_secret("shoe:T1:1", SEED)
+    store.claim_shoe_secret("T1", 1, "shoe:T1:1", SEED)
     store.append(
         [StreamAppend("shoe:T1:1", 0, [NewEvent("ShoeOpened", {"nonce": 1})])],
         DEALER,

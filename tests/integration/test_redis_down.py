@@ -146,7 +146,7 @@ def test_bets_go_on_and_read_models_keep_up_while_redis_is_down_then_jobs_queue_
         api.act("T1", "deal", "alice")  # settles round 1 and opens round 2: no Redis to schedule
         api.bet("T1", "alice", "player", 500)
         api.act("T1", "deal", "alice")
-        wallet = api.ok("GET", "/v1/wallets/alice")  # the read model, with Redis still down
+        wallet = api.ok("GET", "/v1/wallets/alice")  # the wallet, with Redis still down
 
         def caught_up() -> bool:
             lag = api.ok("GET", "/v1/ops/projections", role=Role.OPS)

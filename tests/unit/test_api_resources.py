@@ -75,6 +75,36 @@ def test_leaving_returns_unconfirmed_bets_and_frees_the_seat() -> None:
     assert api.state()["seats"][0]["player_id"] is None
 
 
+def test_changing_seat_between_hands_is_one_action_answered_with_the_new_seat() -> None:
+    api = Api()
+    api.create_table("T1")
+    api.fund("alice")
+    api.sit("T1", "alice", 1)
+    api.sit("T1", "bob", 2)
+    head = api.store.head()
+    moved = api.ok("PUT", "/v1/tables/T1/seats/alice", {"seat": 5})
+    assert (moved["seat"], moved["actions"]) == (5, ["PlayerChangedSeat"])
+    assert [event.type for event in api.store.read_all(head)] == ["PlayerChangedSeat"]
+    seats = api.state()["seats"]
+    assert [seat["player_id"] for seat in seats][:5] == [None, "bob", None, None, "alice"]
+    status, problem = api.refused("PUT", "/v1/tables/T1/seats/alice", {"seat": 2})
+    assert (status, problem["rule"]) == (409, "seat.taken")
+
+
+def test_changing_seat_is_refused_while_ones_bets_are_on_the_round() -> None:
+    api = Api()
+    api.create_table("T1")
+    api.fund("alice")
+    api.sit("T1", "alice", 1)
+    api.bet("T1", "alice", "banker", 1_000)
+    head = api.store.head()
+    status, problem = api.refused("PUT", "/v1/tables/T1/seats/alice", {"seat": 3})
+    assert (status, problem["rule"]) == (409, "seat.bets_in_play")
+    assert "seat.bets_in_play" in problem["detail"]
+    assert api.store.head() == head
+    assert api.state()["seats"][0]["player_id"] == "alice"
+
+
 def test_removing_bets_returns_every_stake_of_the_player() -> None:
     api = Api()
     api.create_table("T1")

@@ -250,6 +250,14 @@ CASES: list[tuple[str, Role, str, str, object, int]] = [
         409,
     ),
     ("leave-not-seated", Role.FRONTEND, "DELETE", "/v1/tables/T1/seats/bob", None, 409),
+    ("move-not-seated", Role.FRONTEND, "PUT", "/v1/tables/T1/seats/bob", {"seat": 2}, 409),
+    ("move-to-own-seat", Role.FRONTEND, "PUT", "/v1/tables/T1/seats/alice", {"seat": 1}, 409),
+    ("move-beyond-seats", Role.FRONTEND, "PUT", "/v1/tables/T1/seats/alice", {"seat": 6}, 422),
+    ("move-seat-zero", Role.FRONTEND, "PUT", "/v1/tables/T1/seats/alice", {"seat": 0}, 422),
+    ("move-seat-string", Role.FRONTEND, "PUT", "/v1/tables/T1/seats/alice", {"seat": "2"}, 422),
+    ("move-no-seat", Role.FRONTEND, "PUT", "/v1/tables/T1/seats/alice", {}, 422),
+    ("move-as-ops", Role.OPS, "PUT", "/v1/tables/T1/seats/alice", {"seat": 2}, 403),
+    ("move-unknown-table", Role.FRONTEND, "PUT", "/v1/tables/T9/seats/alice", {"seat": 2}, 404),
     # Tables.
     ("table-seats-zero", Role.OPS, "POST", "/v1/tables", table(seats=0), 422),
     ("table-seats-eight", Role.OPS, "POST", "/v1/tables", table(seats=8), 422),
@@ -486,6 +494,8 @@ def test_a_refused_game_rule_names_the_rule(api: Api) -> None:
 
 def test_the_valid_requests_the_refusals_vary_are_accepted(api: Api) -> None:
     """The fixture is sound: each refusal above is caused by what it changed, nothing else."""
+    # Before the bet, which puts Alice's stake on a round and so keeps her in her seat.
+    assert send(api, Role.FRONTEND, "PUT", "/v1/tables/T1/seats/alice", {"seat": 2})[0] == 200
     assert send(api, Role.FRONTEND, "POST", BET, VALID_BET)[0] == 201
     assert send(api, Role.OPS, "POST", "/v1/tables", VALID_TABLE)[0] == 201
     assert send(api, Role.OPS, "POST", DEPOSIT, VALID_DEPOSIT)[0] == 201

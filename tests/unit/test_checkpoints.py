@@ -1,6 +1,7 @@
 """Signed checkpoints: the service's signing matches docs/verification.md to the byte, and the
 independent verifier accepts what the service signs, rotations included."""
 
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -16,6 +17,7 @@ from service.application.checkpoints import (
     CheckpointService,
     SigningKey,
     document,
+    kept_line,
     message,
     verify_signatures,
 )
@@ -152,9 +154,13 @@ def test_regulators_read_the_checkpoints_a_page_at_a_time() -> None:
     rest = api.ok("GET", f"/v1/audit/checkpoints?after={first['next_after']}", role=Role.REGULATOR)
     assert [c["signature"] for c in rest["checkpoints"]] == [signed[2].signature]
     assert rest["next_after"] is None
-    line = dict(first["checkpoints"][0])
-    line.pop("recorded_in")
-    independent.parse(line)  # exactly a checkpoint file's line
+    item = first["checkpoints"][0]
+    # `line` is exactly a checkpoint file's line; the item's other keys are its fields.
+    assert item["line"] == kept_line(signed[0])
+    independent.parse(json.loads(item["line"]))
+    assert {k: v for k, v in item.items() if k not in {"recorded_in", "line"}} == json.loads(
+        item["line"]
+    )
     status, _ = api.refused("GET", "/v1/audit/checkpoints")
     assert status == 403
 
@@ -178,4 +184,26 @@ def test_kept_checkpoints_catch_a_rewritten_log_and_a_key_nobody_endorsed() -> N
     foreign = CheckpointService(elsewhere, Clock(), KEY_2).sign_head(SYSTEM)
     assert foreign is not None
     (unendorsed,) = check_kept([signed, foreign], {2: signed.head_hash, 1: foreign.head_hash}.get)
-    assert "without the old key's signature" in unendorsed
+    assert "is not trusted" in unendorsed
+
+
+def test_kept_checkpoints_must_descend_from_a_trusted_key_when_one_is_given() -> None:
+    from service.application.checkpoints import check_kept
+
+    store = _store_with_events(2)
+    first = CheckpointService(store, Clock(), KEY_1).sign_head(SYSTEM)
+    assert first is not None
+    _append_one(store, "wallet:more")
+    second = CheckpointService(store, Clock(), KEY_2, previous=KEY_1).sign_head(SYSTEM)
+    assert second is not None
+    hashes = {first.position: first.head_hash, second.position: second.head_hash}.get
+    # Trusted on first use, anchored on key 1, or on key 1 through key 2's endorsement.
+    assert check_kept([first, second], hashes) == []
+    assert check_kept([first, second], hashes, trusted=[KEY_1.public_key]) == []
+    assert check_kept([second], hashes, trusted=[KEY_1.public_key]) == []
+    # Signed by a key nobody trusted.
+    (foreign,) = check_kept([first], hashes, trusted=[KEY_2.public_key])
+    assert "is not trusted" in foreign
+    # Key 1 was rotated out by key 2: it may sign nothing after.
+    (retired,) = check_kept([first, second, first], hashes)
+    assert "rotated out" in retired

@@ -174,4 +174,4 @@ def test_every_event_type_has_a_distinct_stable_name() -> None:
     from domain.table import EVENT_TYPES
 
     assert all(name == cls.type == cls.__name__ for name, cls in EVENT_TYPES.items())
-    assert len(EVENT_TYPES) == 28
+    assert len(EVENT_TYPES) == 29

@@ -51,6 +51,7 @@ from domain.round_errors import (
     NotAParticipant,
     ParticipantExcluded,
     PlayerAlreadySeated,
+    PlayerHasBetsInRound,
     PlayerNotSeated,
     PlayersStillToAct,
     RebetOverBets,
@@ -65,6 +66,7 @@ from domain.round_errors import (
 )
 from domain.table import (
     _DECISIONS,
+    ChangeSeat,
     CloseWindow,
     Command,
     CreateTable,
@@ -73,6 +75,7 @@ from domain.table import (
     OpenRound,
     Pass,
     PlaceBet,
+    PlayerChangedSeat,
     PlayerLeft,
     PressDeal,
     Rebet,
@@ -300,6 +303,72 @@ def test_leaving_frees_the_seat() -> None:
 
 def test_only_a_seated_player_can_leave() -> None:
     assert isinstance(Game().refused(LeaveTable("alice")), PlayerNotSeated)
+
+
+def test_changing_seat_between_hands_is_one_step_that_keeps_the_rebet() -> None:
+    game = played_round()
+    assert game.run(ChangeSeat("alice", 4)) == [PlayerChangedSeat(1, 4, "alice")]
+    assert game.state.seats[0] is None
+    moved = game.state.seat_of("alice")
+    assert moved is not None
+    assert (moved.number, moved.last_bets) == (
+        4,
+        (Bet(Spot.PLAYER, 1_000), Bet(Spot.BANKER, 500)),
+    )
+    game.run(SitDown("carol", 1))
+
+
+def test_changing_seat_with_bets_on_the_round_is_refused() -> None:
+    game = Game()
+    game.sit("alice", "bob")
+    game.open()
+    game.bet("alice", Spot.BANKER, 500)
+    error = game.refused(ChangeSeat("alice", 3))
+    assert isinstance(error, PlayerHasBetsInRound)
+    assert error.rule == "seat.bets_in_play"
+    game.run(PressDeal("alice"))
+    assert isinstance(game.refused(ChangeSeat("alice", 3)), PlayerHasBetsInRound)
+
+
+def test_changing_to_a_taken_seat_or_ones_own_is_refused() -> None:
+    game = Game()
+    game.sit("alice", "bob")
+    assert isinstance(game.refused(ChangeSeat("alice", 2)), SeatTaken)
+    assert isinstance(game.refused(ChangeSeat("alice", 1)), SeatTaken)
+    assert isinstance(game.refused(ChangeSeat("alice", 6)), SeatOutOfRange)
+    assert isinstance(game.refused(ChangeSeat("carol", 3)), PlayerNotSeated)
+
+
+def test_a_player_yet_to_bet_who_changes_seat_sits_the_round_out() -> None:
+    game = Game()
+    game.sit("alice", "bob")
+    round_id = game.open()
+    events = game.run(ChangeSeat("bob", 5))
+    assert events == [
+        PlayerExcluded(round_id, 2, "bob", ExclusionReason.CHANGED_SEAT),
+        PlayerChangedSeat(2, 5, "bob"),
+    ]
+    current = game.state.round
+    assert current is not None
+    bob = current.participant("bob")
+    assert bob is not None
+    assert bob.action is Action.EXCLUDED
+    # Bob's bet now waits for the next round, at the new seat.
+    assert isinstance(game.refused(PlaceBet("bob", Spot.PLAYER, 500)), DomainError)
+
+
+def test_a_player_who_passed_may_change_seat_before_the_coup() -> None:
+    game = Game()
+    game.sit("alice", "bob")
+    game.open()
+    game.bet("alice", Spot.BANKER, 500)
+    game.run(PressDeal("alice"))
+    game.run(Pass("bob"))
+    assert game.run(ChangeSeat("bob", 3)) == [PlayerChangedSeat(2, 3, "bob")]
+    game.deal(PLAYER_NATURAL)
+    seat = game.state.seat_of("bob")
+    assert seat is not None
+    assert seat.number == 3
 
 
 # Opening the betting window.

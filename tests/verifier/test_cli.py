@@ -169,6 +169,23 @@ def test_a_bad_seed_fails_the_seed_check(
     assert "differs from ShoeRevealed" in out
 
 
+def test_a_commitment_published_for_a_second_shoe_fails_the_seed_check(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, played_two_shoes: Played
+) -> None:
+    lines = [dict(line) for line in export_lines(played_two_shoes)]
+    first, second = (line for line in lines if line["kind"] == "shoe")
+    second["server_seed_hash"] = first["server_seed_hash"]
+    opened = next(
+        line
+        for line in lines
+        if line.get("type") == "ShoeOpened" and line["payload"]["shoe_id"] == second["shoe_id"]
+    )
+    opened["payload"] = {**opened["payload"], "server_seed_hash": first["server_seed_hash"]}
+    code, out, _ = run(capsys, write(tmp_path / "e.jsonl", rechain(lines)))
+    assert code == 1
+    assert f"already published for shoe {first['shoe_id']}" in out
+
+
 def test_a_short_void_fails_the_money_check(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, lines: list[dict[str, Any]]
 ) -> None:

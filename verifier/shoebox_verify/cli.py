@@ -12,6 +12,7 @@ import re
 import sys
 from collections.abc import Sequence
 
+from shoebox_verify import tree_cli
 from shoebox_verify.export import DamagedError
 from shoebox_verify.verify import verify
 
@@ -70,7 +71,12 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the verifier; the exit status (also raised as SystemExit by the console script)."""
-    arguments = _parser().parse_args(argv)
+    given = list(sys.argv[1:] if argv is None else argv)
+    if given and given[0] in tree_cli.COMMANDS:
+        # The Merkle tree's commands (proof, consistency, monitor, witness); an export file
+        # of one of those names can still be checked as ./proof.
+        return tree_cli.main(given)
+    arguments = _parser().parse_args(given)
     try:
         report = verify(
             arguments.export,

@@ -18,6 +18,7 @@ EVENT_TYPES: Final[frozenset[str]] = frozenset(
         "ClientSeedRotated",
         "PlayerSat",
         "PlayerLeft",
+        "PlayerChangedSeat",
         "PlayerRemoved",
         "PlayerMuted",
         "PlayerUnmuted",
@@ -49,5 +50,6 @@ EVENT_TYPES: Final[frozenset[str]] = frozenset(
         "ApiKeyCreated",
         "ApiKeyRevoked",
         "CheckpointSigned",
+        "TreeCheckpointSigned",
     }
 )

@@ -220,6 +220,8 @@ class Verifier:
         self._run_start = 0  # the position where the last append (as far as can be told) began
         self._rounds: dict[tuple[str, str], _Round] = {}
         self._shoes: dict[str, _ShoeState] = {}
+        # Each published commitment and the shoe that published it: a seed deals one shoe.
+        self._commitments: dict[str, str] = {}
         self._derived: OrderedDict[str, Shoe] = OrderedDict()
         self._named_shoes: set[str] = set()
         self._wallets: dict[str, _Wallet] = {}
@@ -700,6 +702,14 @@ class Verifier:
             body.integer("decks"),
             body.integer("hands"),
         )
+        first = self._commitments.setdefault(published[0], shoe_id)
+        if first != shoe_id:
+            # Anyone who saw the first shoe revealed would know this one's cards.
+            self.report.add(
+                "seed",
+                f"shoe {shoe_id}",
+                f"its commitment was already published for shoe {first}: a seed deals one shoe",
+            )
         state = self._shoes.get(shoe_id)
         line = state.line if state is not None else None
         if line is None or published != (

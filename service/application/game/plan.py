@@ -84,12 +84,11 @@ class NothingDue(Exception):  # noqa: N818 -- control flow, never seen outside t
 
 @dataclass(slots=True)
 class NewShoe:
-    """A shoe generated for this command but not yet in the log; its seed is stored first."""
+    """A shoe planned by this command but not yet in the log; its seed is already stored."""
 
     shoe_id: str
     seed: ServerSeed
     nonce: int
-    stored: bool = False
 
 
 class Plan:

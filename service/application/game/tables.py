@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime
 from typing import Protocol
 
@@ -26,6 +27,7 @@ from domain.round import (
 )
 from domain.shoe import ServerSeed, random_client_seed
 from domain.table import (
+    ChangeSeat,
     CloseWindow,
     CreateTable,
     DealCoup,
@@ -54,9 +56,9 @@ from domain.wallet import (
     Wallet,
 )
 from events.snapshots import SnapshotStore
-from events.store import AppendResult, EventStore, StreamAppend
+from events.store import AppendResult, EventStore, JsonValue, StreamAppend
 from service.application.actor import Actor
-from service.application.appends import DEFAULT_ATTEMPTS, Prepared, Receipt, run_command
+from service.application.appends import DEFAULT_ATTEMPTS, Outcome, Prepared, Receipt, run_command
 from service.application.errors import RoundNotFound, ServiceError, TableNotFound
 from service.application.game.plan import NewShoe, NothingDue, Plan, ShoeCards
 from service.application.game.views import LiveState, live_state
@@ -69,7 +71,7 @@ from service.application.streams import (
     to_new_event,
     wallet_stream,
 )
-from service.application.wallets import WalletCache
+from service.application.wallets import Balance, MoneyOutcome, WalletCache
 
 log = logging.getLogger(__name__)
 
@@ -195,6 +197,12 @@ class GameService:
             table_id, actor, lambda plan, now: plan.run(SitDown(player_id, seat), now)
         )
 
+    def change_seat(self, table_id: str, player_id: str, seat: int, actor: Actor) -> Receipt:
+        """Move to another free seat between hands, in one step; refused while one has bets."""
+        return self._command(
+            table_id, actor, lambda plan, now: plan.run(ChangeSeat(player_id, seat), now)
+        )
+
     def leave(self, table_id: str, player_id: str, actor: Actor) -> Receipt:
         """Give up one's seat; unconfirmed bets come back, confirmed ones stay in play."""
         return self._command(
@@ -291,6 +299,7 @@ class GameService:
     ) -> Receipt:
         new_shoe: list[NewShoe | None] = [None]
         attempted = [False]
+        planned: list[Plan] = []
 
         def plan_command(trust_cache: bool) -> Plan:
             now = self._clock()
@@ -327,8 +336,20 @@ class GameService:
             # Set first: a conflict raised while planning (a stale read) must not leave the
             # retry trusting the same stale cache.
             attempted[0] = True
-            return self._prepared(plan_command(trust_cache))
+            plan = plan_command(trust_cache)
+            planned[:] = [plan]
+            return self._prepared(plan)
 
+        respond = actor.respond
+        if respond is not None:
+
+            def respond_with_balances(outcome: Outcome) -> JsonValue:
+                # run_command answers the outcome of the plan it has just prepared.
+                (plan,) = planned
+                balances = _balances_after(plan)
+                return respond(MoneyOutcome(outcome.events, outcome.versions, balances))
+
+            actor = replace(actor, respond=respond_with_balances)
         return run_command(self._store, actor, prepare, self._attempts)
 
     def _catch_up(self, table_id: str, actor: Actor = SYSTEM) -> Receipt | None:
@@ -401,7 +422,7 @@ class GameService:
         if shoe is not None and not shoe.retired and not shoe.can_deal:
             plan.run(RetireShoe(), now)
             plan.run(RevealShoe(shoe.shoe_id, self._secret(shoe.shoe_id)), now)
-            self._shoes.forget(shoe.shoe_id)
+            self._shoes.forget(_cards_key(shoe.shoe_id, shoe.client_seed))
 
     def _open_shoe_for_new_round(self, plan: Plan, player_id: str, now: datetime) -> None:
         """Before a bet that opens a round, open a shoe so its commitment precedes the bets."""
@@ -409,7 +430,7 @@ class GameService:
             self._ensure_shoe(plan, now)
 
     def _ensure_shoe(self, plan: Plan, now: datetime) -> None:
-        """Open a shoe unless a live one is open; its seed is stored just before the append."""
+        """Open a shoe unless a live one is open; its seed is claimed before it is published."""
         table = plan.table
         if table.live_shoe is not None:
             return
@@ -421,12 +442,12 @@ class GameService:
         nonce = table.shoes_opened + 1
         new = plan.new_shoe
         if new is None or new.nonce != nonce:
-            new = NewShoe(uuid.uuid4().hex, self._seeds(), nonce)
+            new = self._claim_shoe(plan.table_id, nonce)
         plan.new_shoe = new
         # A client seed ops rotated in (ClientSeedRotated) is the one this shoe must open with.
         client_seed = table.next_client_seed or self._client_seeds()
         shuffled = new.seed.shuffle(client_seed, nonce, table.settings.decks)
-        self._shoes.put(new.shoe_id, shuffled.cards)
+        self._shoes.put(_cards_key(new.shoe_id, client_seed), shuffled.cards)
         plan.run(
             OpenShoe(
                 shoe_id=new.shoe_id,
@@ -439,8 +460,22 @@ class GameService:
             now,
         )
 
+    def _claim_shoe(self, table_id: str, nonce: int) -> NewShoe:
+        """The shoe that opens as the table's `nonce`-th: its seed stored before it is published.
+
+        The seed kept for this table and nonce, if an earlier attempt stored one, else a new
+        one. Safe to reuse: a table publishes a nonce's commitment once, in that nonce's own
+        ShoeOpened, and the table is not past this nonce (or the append below is refused as
+        stale), so the kept seed was never published (docs/verification.md).
+        """
+        shoe_id, seed = self._store.claim_shoe_secret(
+            table_id, nonce, uuid.uuid4().hex, self._seeds().reveal()
+        )
+        return NewShoe(shoe_id, ServerSeed(seed), nonce)
+
     def _cards(self, shoe: Shoe) -> tuple[Card, ...]:
-        cards = self._shoes.get(shoe.shoe_id)
+        key = _cards_key(shoe.shoe_id, shoe.client_seed)
+        cards = self._shoes.get(key)
         if cards is None:
             shuffled = ServerSeed(self._secret(shoe.shoe_id)).shuffle(
                 shoe.client_seed, shoe.nonce, shoe.decks
@@ -448,7 +483,7 @@ class GameService:
             if shuffled.hands != shoe.hands:
                 raise RuntimeError(f"shoe {shoe.shoe_id}'s stored seed does not match its log")
             cards = shuffled.cards
-            self._shoes.put(shoe.shoe_id, cards)
+            self._shoes.put(key, cards)
         return cards
 
     def _secret(self, shoe_id: str) -> str:
@@ -479,12 +514,6 @@ class GameService:
         return limit.limit
 
     def _prepared(self, plan: Plan) -> Prepared:
-        new_shoe = plan.new_shoe
-        if new_shoe is not None and not new_shoe.stored:
-            # The seed goes to shoe_secrets, never the log, before the commitment is appended;
-            # if the append then loses a race, the retry reuses this same shoe.
-            self._store.store_shoe_secret(new_shoe.shoe_id, new_shoe.seed.reveal())
-            new_shoe.stored = True
         hook = self._before_deal_append
         if hook is not None and any(isinstance(e, CardDrawn) for e in plan.table_events):
             hook()
@@ -509,3 +538,20 @@ class GameService:
             # The window is also closed lazily by the next request, so a scheduler outage
             # delays a table rather than failing a bet that is already recorded.
             log.exception("could not schedule the window of round %s", round_id)
+
+
+def _balances_after(plan: Plan) -> dict[str, Balance]:
+    """Each wallet the plan moves, as it will stand once its append is recorded."""
+    return {
+        player_id: Balance(player_id, wallet.available, wallet.reserved, version + len(events))
+        for player_id, (version, wallet, events) in plan.wallets.items()
+    }
+
+
+def _cards_key(shoe_id: str, client_seed: str) -> str:
+    """Where a shoe's shuffled cards are cached: its id and the client seed they were cut with.
+
+    Not the shoe id alone: two attempts at opening one shoe share its claimed seed and id but
+    may each draw their own client seed, and the losing attempt's cards must never be dealt.
+    """
+    return f"{shoe_id}:{client_seed}"

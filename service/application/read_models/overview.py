@@ -26,6 +26,7 @@ from domain.round import (
     RoundVoided,
 )
 from domain.table import (
+    PlayerChangedSeat,
     PlayerLeft,
     PlayerRemoved,
     PlayerSat,
@@ -153,6 +154,9 @@ def _fold(row: dict[str, Any], event: RecordedEvent) -> None:
     kind = event.type
     if kind == PlayerSat.type:
         row["seats"] = _seated(row["seats"], payload["seat"], payload["player_id"])
+    elif kind == PlayerChangedSeat.type:
+        moved = _seated(row["seats"], payload["from_seat"], None)
+        row["seats"] = _seated(moved, payload["seat"], payload["player_id"])
     elif kind == PlayerLeft.type or (kind == PlayerRemoved.type and payload["seat"] is not None):
         row["seats"] = _seated(row["seats"], payload["seat"], None)
     elif kind == ShoeOpened.type:

@@ -30,6 +30,7 @@ from service.application.read_models.invariants import RoundRecord, Violation
 from service.application.read_models.invariants import round_violations as round_violations
 from service.application.read_models.projector import ProjectionStatus, RebuildResult
 from service.application.read_models.rounds import DEALT
+from service.application.read_models.statistics import StatisticsProjection
 from service.application.wallets import Balance, StatementEntry
 
 CURRENT_SHOE: Final = "shoe"
@@ -191,6 +192,9 @@ class TableStatistics:
     shoe_id: str | None
     decks: int
     roads: Roads
+    # The log position the statistics projection had applied when the roads were read: every
+    # coup at or before it is in them.
+    checkpoint: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -447,6 +451,10 @@ class ProjectionService:
     def statistics(self, table_id: str, scope: str = CURRENT_SHOE) -> TableStatistics | None:
         """The roads of a table's current shoe or of all time; None for an unknown table."""
         with self._pool.connection() as conn:
+            # Read first: the projection commits its rows and its checkpoint together, so
+            # whatever the rows read after it hold is at least as new as this position.
+            checkpoint_row = conn.execute(_CHECKPOINT, [StatisticsProjection.name]).fetchone()
+            checkpoint = 0 if checkpoint_row is None else int(checkpoint_row[0])
             table = conn.execute(_TABLE, [table_id]).fetchone()
             if table is None:
                 return None
@@ -457,7 +465,7 @@ class ProjectionService:
             else:
                 rows = conn.execute(_OUTCOMES, [table_id, shoe, shoe]).fetchall()
                 outcomes = [Outcome(row[0]) for row in rows]
-        return TableStatistics(table_id, scope, shoe_id, decks, roads_from(outcomes))
+        return TableStatistics(table_id, scope, shoe_id, decks, roads_from(outcomes), checkpoint)
 
     def ledger(
         self, table_id: str, first: date, last: date, operator: str | None = None

@@ -11,16 +11,14 @@ No build step: Jinja templates, plain ES modules and SVG, served from this packa
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable
 from typing import Any, Final
 
-from flask import Flask, Response, current_app, g, request
+from flask import Flask, Response, g, request
 from werkzeug.exceptions import HTTPException
 
 from events.store import Clock
-from service.application.keys import KeyRing
-from service.runtime.demo import DemoKey, demo_keys_by_role
+from service.runtime.demo import demo_keys_by_role
 from service.runtime.settings import Settings
 from service.runtime.web_sessions import (
     InMemorySessionStore,
@@ -28,10 +26,11 @@ from service.runtime.web_sessions import (
     SessionStore,
 )
 from service.web.api import EXTENSION
+from service.web.pages import dashboard, play
+from service.web.pages.context import PAGES_EXTENSION, PagesContext
 from service.web.pages.gateway import ApiGateway, WsgiApp
 from service.web.problems import Problem, http_problem
 
-PAGES_EXTENSION: Final = "shoebox-pages"
 PAGE_PREFIXES: Final = ("/play", "/dashboard", "/pages/")
 STATIC_URL_PATH: Final = "/pages/static"
 # No inline script and nothing from elsewhere: a chat message that slipped through escaping
@@ -40,27 +39,6 @@ CONTENT_SECURITY_POLICY: Final = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:;"
     " connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
 )
-
-
-@dataclass(frozen=True, slots=True)
-class PagesContext:
-    """What the pages' views share: the API, the sessions, the key ring, the demo keys."""
-
-    settings: Settings
-    api: ApiGateway
-    sessions: SessionStore
-    keys: KeyRing
-    demo_keys: Mapping[str, DemoKey]
-    redis_url: str | None
-    clock: Clock
-
-
-def pages() -> PagesContext:
-    """The current pages app's context."""
-    found = current_app.extensions[PAGES_EXTENSION]
-    if not isinstance(found, PagesContext):
-        raise TypeError("the pages app was not built by mount_pages")
-    return found
 
 
 class PagesDispatcher:
@@ -80,9 +58,6 @@ class PagesDispatcher:
 
 def mount_pages(app: Flask, settings: Settings, clock: Clock) -> None:
     """Serve the pages in front of `app`: /dashboard always, /play in demo mode only."""
-    # Imported here: the blueprints import this module's `pages`.
-    from service.web.pages import dashboard, play
-
     wiring = app.extensions[EXTENSION]
     sessions: SessionStore = (
         PostgresSessionStore(wiring.pool, clock)

@@ -19,7 +19,7 @@ from werkzeug.wrappers import Response as BaseResponse
 from domain.ids import is_id
 from service.application.keys import Role
 from service.runtime.web_sessions import OPS, WebSession
-from service.web.pages import pages
+from service.web.pages.context import pages
 from service.web.pages.gateway import ApiAnswer
 from service.web.pages.sessions import (
     check_csrf,

@@ -19,7 +19,7 @@ from werkzeug.datastructures import Headers
 from werkzeug.test import EnvironBuilder, run_wsgi_app
 from werkzeug.wsgi import ClosingIterator
 
-from service.web.app import REQUEST_ID_HEADER
+from service.web.api import REQUEST_ID_HEADER
 from service.web.problems import PROBLEM_MIMETYPE
 
 WsgiApp = Any

@@ -18,7 +18,7 @@ from werkzeug.wrappers import Response as BaseResponse
 
 from domain.ids import is_id
 from service.runtime.web_sessions import PLAY, WebSession
-from service.web.pages import pages
+from service.web.pages.context import pages
 from service.web.pages.gateway import ApiAnswer
 from service.web.pages.sessions import (
     FORM_TOKEN_FIELD,
@@ -208,16 +208,15 @@ def me() -> Response:
 @blp.post("/api/tables/<table_id>/seats")
 @play_api
 def sit(table_id: str) -> Response:
-    """Sit down, or move to another seat between hands (leave the old one, take the new)."""
+    """Sit down, or move to another seat between hands in one step."""
     player = _player()
     seat = _body().get("seat")
     current = _frontend("GET", f"/v1/tables/{table_id}/state")
-    if current.ok:
-        for taken in current.json()["seats"]:
-            if taken["player_id"] == player and taken["seat"] != seat:
-                left = _frontend("DELETE", f"/v1/tables/{table_id}/seats/{player}")
-                if not left.ok:
-                    return left.response()
+    if current.ok and any(taken["player_id"] == player for taken in current.json()["seats"]):
+        # A move is one command, so the player never stands unseated between two, and it is
+        # refused whole while their bets are on the round.
+        moved = _frontend("PUT", f"/v1/tables/{table_id}/seats/{player}", body={"seat": seat})
+        return moved.response()
     answer = _frontend(
         "POST", f"/v1/tables/{table_id}/seats", body={"player_id": player, "seat": seat}
     )

@@ -24,7 +24,7 @@ from service.web.fields import (
 )
 from service.web.idempotency import answer_command, answered_in_append
 from service.web.operators import player_field
-from service.web.table_actions import TableAction, TableActionSchema, table_action
+from service.web.table_actions import TableAction, TableActionSchema, answered_with_balance
 
 # The answer's schema, also used to build an answer before the append stores it.
 _ACTION = TableActionSchema()
@@ -66,7 +66,7 @@ class Bets(MethodView):
             lambda caller: container().games.place_bet(
                 table_id, player_id, bet["spot"], bet["stake_pence"], caller
             ),
-            lambda outcome: table_action(table_id, player_id, outcome),
+            answered_with_balance(table_id, player_id, container().wallets),
         )
 
 
@@ -85,7 +85,7 @@ class PlayerBets(MethodView):
             200,
             _ACTION,
             lambda caller: container().games.remove_bets(table_id, player_id, caller),
-            lambda outcome: table_action(table_id, player_id, outcome),
+            answered_with_balance(table_id, player_id, container().wallets),
         )
 
 
@@ -104,7 +104,7 @@ class Rebet(MethodView):
             201,
             _ACTION,
             lambda caller: container().games.rebet(table_id, player_id, caller),
-            lambda outcome: table_action(table_id, player_id, outcome),
+            answered_with_balance(table_id, player_id, container().wallets),
         )
 
 
@@ -123,7 +123,7 @@ class Deal(MethodView):
             200,
             _ACTION,
             lambda caller: container().games.press_deal(table_id, player_id, caller),
-            lambda outcome: table_action(table_id, player_id, outcome),
+            answered_with_balance(table_id, player_id, container().wallets),
         )
 
 
@@ -142,5 +142,5 @@ class Pass(MethodView):
             200,
             _ACTION,
             lambda caller: container().games.pass_turn(table_id, player_id, caller),
-            lambda outcome: table_action(table_id, player_id, outcome),
+            answered_with_balance(table_id, player_id, container().wallets),
         )

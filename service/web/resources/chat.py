@@ -26,7 +26,7 @@ from service.web.fields import (
     reason_field,
 )
 from service.web.operators import player_field
-from service.web.table_actions import TableAction, TableActionSchema, table_action
+from service.web.table_actions import TableAction, TableActionSchema, answered_with_balance
 
 blp = Blueprint(
     "chat", __name__, url_prefix="/tables", description="Chat at a table, and its moderation."
@@ -143,7 +143,7 @@ class Mutes(MethodView):
         """Mute a player in a table's chat, saying why."""
         player_id = mute["player_id"]
         receipt = container().chat.mute(table_id, player_id, actor(), mute["reason"])
-        return table_action(table_id, player_id, receipt)
+        return answered_with_balance(table_id, player_id, container().wallets)(receipt)
 
 
 @blp.route(
@@ -157,7 +157,7 @@ class Mute(MethodView):
     def delete(self, table_id: str, player_id: str) -> TableAction:
         """Lift a player's mute at a table."""
         receipt = container().chat.unmute(table_id, player_id, actor())
-        return table_action(table_id, player_id, receipt)
+        return answered_with_balance(table_id, player_id, container().wallets)(receipt)
 
 
 @blp.route("/<id:table_id>/removals", parameters=[TABLE_ID_PARAMETER], names_player=True)
@@ -171,4 +171,4 @@ class Removals(MethodView):
         """Remove a player from a table: unseated, unconfirmed bets returned, barred from it."""
         player_id = removal["player_id"]
         receipt = container().chat.remove_player(table_id, player_id, removal["reason"], actor())
-        return table_action(table_id, player_id, receipt)
+        return answered_with_balance(table_id, player_id, container().wallets)(receipt)

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import Any
 
 import marshmallow as ma
 from flask.views import MethodView
 
 from domain.audit import CheckpointSigned
-from service.application.checkpoints import from_recorded
+from service.application.checkpoints import document, from_recorded, kept_line
 from service.application.keys import Role
 from service.web.api import Blueprint, container
 from service.web.auth import roles
@@ -40,7 +39,12 @@ class CheckpointQuerySchema(ma.Schema):
 
 
 class CheckpointSchema(ma.Schema):
-    """One checkpoint, exactly as a checkpoint file's line; `recorded_in` is where it is logged."""
+    """One checkpoint: its fields, where it is logged (`recorded_in`), and its file line (`line`).
+
+    The fields and `recorded_in` together are not a checkpoint file's line, which holds
+    exactly the checkpoint's keys: `line` is that line, as `shoebox-verify --checkpoint` and
+    `shoebox audit verify --checkpoint` read it.
+    """
 
     kind = ma.fields.String(required=True, metadata={"enum": ["checkpoint"]})
     format = ma.fields.String(required=True)
@@ -53,6 +57,14 @@ class CheckpointSchema(ma.Schema):
     previous_key_signature = ma.fields.String(allow_none=True, required=True)
     recorded_in = ma.fields.Integer(
         required=True, metadata={"description": "The log position of its CheckpointSigned."}
+    )
+    line = ma.fields.String(
+        required=True,
+        metadata={
+            "description": "Exactly the checkpoint's line in a checkpoint file (JSON, keys"
+            " sorted, no spaces, no newline): append it and a newline to the file you keep"
+            " for `shoebox-verify --checkpoint`."
+        },
     )
 
 
@@ -81,15 +93,12 @@ class Checkpoints(MethodView):
         found = container().store.read_all(
             query["after"], limit, types=[CheckpointSigned.type], upcast=False
         )
-        page = [
-            {"kind": "checkpoint", **_fields(from_recorded(event)), "recorded_in": event.position}
-            for event in found
-        ]
+        page = [_item(from_recorded(event), event.position) for event in found]
         return {
             "checkpoints": page,
             "next_after": found[-1].position if len(found) == limit else None,
         }
 
 
-def _fields(checkpoint: CheckpointSigned) -> dict[str, Any]:
-    return asdict(checkpoint)
+def _item(checkpoint: CheckpointSigned, recorded_in: int) -> dict[str, Any]:
+    return {**document(checkpoint), "recorded_in": recorded_in, "line": kept_line(checkpoint)}

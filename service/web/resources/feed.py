@@ -17,7 +17,17 @@ from flask import Response, request
 from flask.views import MethodView
 
 from service.application.errors import TableNotFound
-from service.application.feed import Closing, FeedItem, FeedMessage, FeedService, Heartbeat
+from service.application.feed import (
+    PROJECTION_LAG_EVENT,
+    PUBLIC_EVENT_CLASSES,
+    Closing,
+    FeedItem,
+    FeedMessage,
+    FeedService,
+    Heartbeat,
+    projection_lag_schema,
+    public_view_schema,
+)
 from service.application.operators import Audience
 from service.application.streams import table_stream
 from service.runtime.metrics import FEED_CLIENTS
@@ -36,19 +46,86 @@ LAST_EVENT_ID: Final = "Last-Event-ID"
 RETRY_MS: Final = 1000
 """How soon EventSource should reconnect after the server closes a feed (it is stopping)."""
 
-_FEED_DOC: Final[dict[str, Any]] = {
-    "responses": {
-        "200": {
-            "description": (
-                "A never-ending text/event-stream. Each message is `id: POSITION`, `event: TYPE`"
-                " and `data: JSON` (position, type, table_id, recorded_at, payload; the event"
-                " that opens a betting window adds window_closes_at). A comment line arrives at"
-                " least every 15 s; `retry:` precedes a close by the server."
-            ),
-            "content": {EVENT_STREAM: {"schema": {"type": "string"}}},
-        }
-    },
+JSON: Final = "application/json"
+LAG_COMPONENT: Final = "ProjectionLag"
+
+
+def _view_component(event_type: str) -> str:
+    return f"{event_type}FeedView"
+
+
+COMPONENTS: Final[dict[str, dict[str, Any]]] = {
+    **{_view_component(name): public_view_schema(name) for name in PUBLIC_EVENT_CLASSES},
+    LAG_COMPONENT: projection_lag_schema(),
 }
+"""The JSON Schemas of the messages' data, as named components of the OpenAPI document."""
+
+
+def _data(component: str) -> dict[str, Any]:
+    return {
+        "type": "string",
+        "contentMediaType": JSON,
+        "contentSchema": {"$ref": f"#/components/schemas/{component}"},
+    }
+
+
+def _message_schema(*, with_lag: bool) -> dict[str, Any]:
+    """One message of a feed, as schemathesis reads a text/event-stream under OpenAPI 3.1.
+
+    OpenAPI 3.1 has no `itemSchema` (3.2 adds it), and flask-smorest writes 3.1; so, as
+    schemathesis reads an event stream's `schema` under 3.1, this describes one message:
+    `{id, event, data}`, `data` being JSON whose schema `contentSchema` names, one branch per
+    event type. Comments (heartbeats) and `retry:` alone are not messages.
+    """
+    branches: list[dict[str, Any]] = [
+        {
+            "properties": {
+                "event": {"const": name},
+                "id": {"type": "string", "pattern": "^[1-9][0-9]{0,17}$"},
+                "data": _data(_view_component(name)),
+            },
+            "required": ["id"],
+        }
+        for name in PUBLIC_EVENT_CLASSES
+    ]
+    if with_lag:
+        # No id of its own: a client reading the stream carries the last event's id over.
+        branches.append(
+            {"properties": {"event": {"const": PROJECTION_LAG_EVENT}, "data": _data(LAG_COMPONENT)}}
+        )
+    return {
+        "type": "object",
+        "properties": {
+            "id": {"type": "string", "description": "The event's log position."},
+            "event": {"type": "string", "description": "The event's type."},
+            "data": {"type": "string", "description": "Its public view, as JSON."},
+            "retry": {"type": "integer"},
+        },
+        "required": ["event", "data"],
+        "oneOf": branches,
+    }
+
+
+def _feed_doc(*, with_lag: bool) -> dict[str, Any]:
+    lag = " and, every few seconds, a `projection-lag` message (no id)" if with_lag else ""
+    return {
+        "responses": {
+            "200": {
+                "description": (
+                    "A never-ending text/event-stream: a message for each event, `id:` its log"
+                    " position, `event:` its type and `data:` its public view as JSON (position,"
+                    " type, table_id, recorded_at, payload; the event that opens a betting"
+                    f" window adds window_closes_at){lag}. A comment line arrives at least every"
+                    " 15 s; `retry:` precedes a close by the server. OpenAPI 3.1 has no"
+                    " `itemSchema`: following schemathesis's convention for event streams under"
+                    " 3.1, the schema describes one message, its `data` by `contentSchema`."
+                ),
+                "content": {EVENT_STREAM: {"schema": _message_schema(with_lag=with_lag)}},
+            }
+        },
+    }
+
+
 _LAST_EVENT_ID_PARAMETER: Final[dict[str, Any]] = {
     "in": "header",
     "name": LAST_EVENT_ID,
@@ -137,7 +214,7 @@ class TableFeed(MethodView):
 
     @roles(*READERS)
     @blp.arguments(FeedQuerySchema, location="query")
-    @blp.doc(**_FEED_DOC)
+    @blp.doc(**_feed_doc(with_lag=False))
     def get(self, query: dict[str, Any], table_id: str) -> Response:
         """Follow a table's events and chat as they happen (text/event-stream)."""
         feed = _feed()
@@ -154,7 +231,7 @@ class Feed(MethodView):
 
     @roles(*OVERSIGHT)
     @blp.arguments(FeedQuerySchema, location="query")
-    @blp.doc(**_FEED_DOC)
+    @blp.doc(**_feed_doc(with_lag=True))
     def get(self, query: dict[str, Any]) -> Response:
         """Follow every table's events, and the projections' lag every few seconds."""
         feed = _feed()

@@ -1,4 +1,5 @@
-"""Seats: a player sits at a free seat and leaves; sitting during a round waits for the next."""
+"""Seats: a player sits at a free seat, moves to another between hands, and leaves; sitting
+during a round waits for the next."""
 
 from typing import Any
 
@@ -11,9 +12,11 @@ from service.web.api import Blueprint, actor, container
 from service.web.auth import roles
 from service.web.fields import PLAYER_ID_PARAMETER, TABLE_ID_PARAMETER
 from service.web.operators import player_field
-from service.web.table_actions import TableAction, TableActionSchema, table_action
+from service.web.table_actions import TableAction, TableActionSchema, answered_with_balance
 
-blp = Blueprint("seats", __name__, url_prefix="/tables", description="Seats: sit down and leave.")
+blp = Blueprint(
+    "seats", __name__, url_prefix="/tables", description="Seats: sit down, change seat and leave."
+)
 
 
 class SitDownSchema(ma.Schema):
@@ -28,6 +31,17 @@ class SitDownSchema(ma.Schema):
     )
 
 
+class ChangeSeatSchema(ma.Schema):
+    """A seated player's new seat."""
+
+    seat = ma.fields.Integer(
+        strict=True,
+        required=True,
+        validate=ma.validate.Range(min=1, max=MAX_SEATS),
+        metadata={"description": "A free seat, 1 to the table's seat count."},
+    )
+
+
 @blp.route("/<id:table_id>/seats", parameters=[TABLE_ID_PARAMETER])
 class Seats(MethodView):
     """A table's seats."""
@@ -39,7 +53,7 @@ class Seats(MethodView):
         """Sit a player at a free seat; during a round they play from the next one."""
         player_id = sitting["player_id"]
         receipt = container().games.sit(table_id, player_id, sitting["seat"], actor())
-        return table_action(table_id, player_id, receipt)
+        return answered_with_balance(table_id, player_id, container().wallets)(receipt)
 
 
 @blp.route(
@@ -49,8 +63,21 @@ class Seat(MethodView):
     """A player's seat at a table."""
 
     @roles(Role.FRONTEND)
+    @blp.arguments(ChangeSeatSchema)
+    @blp.response(200, TableActionSchema)
+    def put(self, moving: dict[str, Any], table_id: str, player_id: str) -> TableAction:
+        """Move the player to another free seat between hands, in one step.
+
+        Refused while the player has bets on the round under way (rule seat.bets_in_play) or
+        when the seat is taken (seat.taken); a player yet to bet in the open window sits that
+        round out and plays from the new seat from the next one.
+        """
+        receipt = container().games.change_seat(table_id, player_id, moving["seat"], actor())
+        return answered_with_balance(table_id, player_id, container().wallets)(receipt)
+
+    @roles(Role.FRONTEND)
     @blp.response(200, TableActionSchema)
     def delete(self, table_id: str, player_id: str) -> TableAction:
         """Leave the table: bets not yet confirmed come back; confirmed ones stay in play."""
         receipt = container().games.leave(table_id, player_id, actor())
-        return table_action(table_id, player_id, receipt)
+        return answered_with_balance(table_id, player_id, container().wallets)(receipt)

@@ -47,6 +47,15 @@ class StatisticsSchema(ma.Schema):
             " number columns from 1 and rows from 0, the convention their rules are stated in."
         },
     )
+    checkpoint = ma.fields.Integer(
+        required=True,
+        metadata={
+            "description": "The log position the read model had reached when these roads were"
+            " read: every coup at or before it is in them. A front end that saw a coup's"
+            " RoundSettled (or RoundVoided) on the feed, whose event id is its position, reads"
+            " again until the checkpoint has reached that position."
+        },
+    )
 
 
 @blp.route("/<id:table_id>/statistics", parameters=[TABLE_ID_PARAMETER])
@@ -57,7 +66,10 @@ class Statistics(MethodView):
     @blp.arguments(StatisticsQuerySchema, location="query")
     @blp.response(200, StatisticsSchema)
     def get(self, query: dict[str, Any], table_id: str) -> dict[str, Any]:
-        """Read a table's roads and Banker, Player, tie and hand counts."""
+        """Read a table's roads and Banker, Player, tie and hand counts, as the read model has them.
+
+        The read model follows the log within moments; `checkpoint` says how far.
+        """
         found = projections().statistics(table_id, query["scope"])
         if found is None:
             raise Problem(404, "not-found", f"There is no table {table_id}.")
@@ -67,4 +79,5 @@ class Statistics(MethodView):
             "shoe_id": found.shoe_id,
             "decks": found.decks,
             "roads": found.roads.to_dict(),
+            "checkpoint": found.checkpoint,
         }

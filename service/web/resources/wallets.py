@@ -14,7 +14,6 @@ from domain.wallet import Corrected, Deposited, Withdrawn
 from service.application.actor import Actor
 from service.application.appends import Receipt
 from service.application.keys import Role
-from service.application.streams import wallet_stream
 from service.application.wallets import Balance, StatementEntry
 from service.web.api import Blueprint, actor, container
 from service.web.auth import READERS, roles
@@ -167,18 +166,17 @@ Move = Callable[[str, int, str, Actor], Receipt]
 def _moved(player_id: str, movement: dict[str, Any], move: Move) -> dict[str, Any]:
     """Record a movement and answer with it and the wallet's balances just after it."""
     receipt = move(player_id, movement["amount_pence"], movement["reason"], actor())
-    version = receipt.versions[wallet_stream(player_id)]
     (event,) = receipt.events
-    # The statement at the movement's own version, not the balance now: a bet may follow it.
-    (entry,) = container().wallets.statement(player_id, limit=1, before=version + 1)
+    # The wallet at the movement's own version, not the wallet now: a bet may follow it.
+    after = container().wallets.balances_after(receipt)[player_id]
     return {
         "player_id": player_id,
         "type": event.type,
         "amount_pence": movement["amount_pence"],
         "reason": movement["reason"],
-        "available_pence": entry.available_after,
-        "reserved_pence": entry.reserved_after,
-        "version": version,
+        "available_pence": after.available,
+        "reserved_pence": after.reserved,
+        "version": after.version,
     }
 
 
@@ -189,15 +187,13 @@ class Wallet(MethodView):
     @roles(*READERS)
     @blp.response(200, BalanceSchema)
     def get(self, player_id: str) -> dict[str, Any]:
-        """Read a wallet's balances (an unused wallet holds nothing), as the read model has them.
+        """Read a wallet's balances (an unused wallet holds nothing), exact at once.
 
-        The read model follows the log within moments; `version` says which wallet version
-        the figures are at.
+        Read from the wallet's own stream (its newest snapshot and the events after it), not
+        from the read model: a bet, a settlement or a deposit answered a moment ago is in it.
+        `version` is the wallet's version the figures are at.
         """
-        read_models = container().projections
-        if read_models is None:
-            return _balance(container().wallets.balance(player_id))
-        return _balance(read_models.balance(player_id))
+        return _balance(container().wallets.balance(player_id))
 
 
 @blp.route("/<id:player_id>/deposits", parameters=[PLAYER_ID_PARAMETER])

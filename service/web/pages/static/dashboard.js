@@ -202,7 +202,7 @@ function follow() {
     refreshSoon();
   });
   feed.onmessage = (e) => { noteSeen(e); refreshSoon(); };
-  for (const type of ["RoundOpened", "RoundSettled", "RoundVoided", "PlayerSat", "PlayerLeft", "BetPlaced", "MalfunctionDeclared", "TableSuspended", "TableReopened", "PlayerMuted", "PlayerUnmuted", "ShoeOpened", "TableCreated"]) {
+  for (const type of ["RoundOpened", "RoundSettled", "RoundVoided", "PlayerSat", "PlayerChangedSeat", "PlayerLeft", "BetPlaced", "MalfunctionDeclared", "TableSuspended", "TableReopened", "PlayerMuted", "PlayerUnmuted", "ShoeOpened", "TableCreated"]) {
     feed.addEventListener(type, (e) => { noteSeen(e); refreshSoon(); });
   }
 }

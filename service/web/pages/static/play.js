@@ -50,23 +50,25 @@ function total(hand) {
   return view.cards[hand].reduce((sum, code) => sum + cardValue(code), 0) % 10;
 }
 
-// Balance, limit.
+// Balance, limit. The balance is exact: read from the wallet's own stream, or carried by the
+// answer of the action that moved it. Reads may cross, so a figure at an older wallet version
+// than the one shown never replaces it.
+let shownWalletVersion = -1;
+function showBalance(wallet) {
+  if (!wallet || wallet.version < shownWalletVersion) return;
+  shownWalletVersion = wallet.version;
+  $("balance").textContent = pounds(wallet.available_pence);
+  $("balance").dataset.pence = wallet.available_pence;
+  $("balance").dataset.version = wallet.version;
+}
+
 async function refreshMe() {
   const answer = await api("GET", "/play/api/me");
   if (!answer.ok) return;
-  $("balance").textContent = pounds(answer.body.wallet.available_pence);
-  $("balance").dataset.pence = answer.body.wallet.available_pence;
+  showBalance(answer.body.wallet);
   const limit = answer.body.limit;
   $("limit").textContent = limit.limit_pence === null ? "none (the table's maximum applies)" : pounds(limit.limit_pence);
   $("limit-next").textContent = limit.next_change_at ? `(next change from ${new Date(limit.next_change_at).toUTCString()})` : "(you may change it now)";
-}
-
-// Balances come from the read models, a moment behind the feed: after a change of ours,
-// read again a few times until the projection has caught up.
-let meTimers = [];
-function refreshMeSoon() {
-  for (const timer of meTimers) clearTimeout(timer);
-  meTimers = [0, 400, 1200, 2500, 5000, 8000].map((delay) => setTimeout(refreshMe, delay));
 }
 
 // Seats, bets on the layout, phase and countdown: from the table's state.
@@ -136,16 +138,38 @@ function drawPlanned() {
   $("planned").dataset.pence = view.planned;
 }
 
-async function refreshStatistics() {
+// The roads come from the read model, which follows the log a moment behind the feed. After a
+// coup (or a void) the feed names its position, its event id: read the roads again until the
+// read model's checkpoint has reached it. Crossing reads never draw older roads over newer.
+const ROADS_RETRY_MS = { first: 100, most: 2000 };
+const roads = { wanted: 0, drawn: -1, timer: null, delay: ROADS_RETRY_MS.first };
+
+async function refreshStatistics(position = 0) {
+  roads.wanted = Math.max(roads.wanted, position);
+  clearTimeout(roads.timer);
   const answer = await api("GET", `${base}/statistics`);
-  if (!answer.ok) return;
-  const roads = answer.body.roads;
-  $("count-banker").textContent = roads.counts.banker;
-  $("count-player").textContent = roads.counts.player;
-  $("count-ties").textContent = roads.counts.ties;
-  $("count-hands").textContent = roads.counts.hands;
-  drawRoads($("roads"), roads);
-  $("roads").dataset.hands = roads.counts.hands;
+  if (answer.ok && answer.body.checkpoint >= roads.drawn) {
+    roads.drawn = answer.body.checkpoint;
+    drawStatistics(answer.body);
+  }
+  if (roads.drawn >= roads.wanted) {
+    roads.delay = ROADS_RETRY_MS.first;
+    return;
+  }
+  clearTimeout(roads.timer);
+  roads.timer = setTimeout(() => refreshStatistics(), roads.delay);
+  roads.delay = Math.min(roads.delay * 2, ROADS_RETRY_MS.most);
+}
+
+function drawStatistics(statistics) {
+  const counts = statistics.roads.counts;
+  $("count-banker").textContent = counts.banker;
+  $("count-player").textContent = counts.player;
+  $("count-ties").textContent = counts.ties;
+  $("count-hands").textContent = counts.hands;
+  drawRoads($("roads"), statistics.roads);
+  $("roads").dataset.hands = counts.hands;
+  $("roads").dataset.checkpoint = statistics.checkpoint;
 }
 
 async function refreshChat() {
@@ -210,9 +234,11 @@ async function act(method, path, body, success) {
   const answer = await api(method, path, body);
   if (!answer.ok) {
     say(problemText(answer));
-  } else if (success) {
-    say(success);
+    return answer;
   }
+  // A command that moved our money answers with the wallet just after it.
+  showBalance(answer.body?.balance_after);
+  if (success) say(success);
   return answer;
 }
 
@@ -270,23 +296,25 @@ function follow() {
   feed.onopen = () => {
     // After a reconnect the feed resumes by Last-Event-ID; a re-read covers the gap's state.
     refreshState();
-    refreshMeSoon();
+    refreshMe();
   };
   on("RoundOpened", (event) => {
     view.windowClosesAt = event.window_closes_at;
     refreshState();
   });
-  on("PlayerSat", (event) => {
-    refreshState();
-    if (event.payload.player_id === me) refreshMeSoon();
-  });
+  for (const type of ["PlayerSat", "PlayerChangedSeat"]) {
+    on(type, (event) => {
+      refreshState();
+      if (event.payload.player_id === me) refreshMe();
+    });
+  }
   for (const type of ["PlayerLeft", "PlayerRemoved", "DealPressed", "PlayerPassed", "PlayerExcluded", "TableSuspended", "TableReopened"]) {
     on(type, () => refreshState());
   }
   for (const type of ["BetPlaced", "StakeReturned"]) {
     on(type, (event) => {
       refreshState();
-      if (event.payload.player_id === me) refreshMeSoon();
+      if (event.payload.player_id === me) refreshMe();
     });
   }
   on("CardDrawn", (event) => queueCard(event.payload));
@@ -299,18 +327,20 @@ function follow() {
       say(`Settled: ${event.payload.spot} ${pounds(event.payload.stake)} paid ${pounds(event.payload.payout)}.`);
     }
   });
-  on("RoundSettled", () => {
-    refreshMeSoon();
+  on("RoundSettled", (event) => {
+    // The feed only shows an event once its append is committed, so an exact read now has
+    // whatever this coup paid us, even when another player's Deal brought it.
+    refreshMe();
     refreshState();
-    refreshStatistics();
+    refreshStatistics(event.position);
   });
   on("RoundVoided", (event) => {
     $("outcome").textContent = `Round ${event.payload.round_id} is void: malfunction voids all pays and play. Stakes are returned.`;
     $("outcome").dataset.outcome = "void";
     $("outcome").dataset.round = event.payload.round_id;
-    refreshMeSoon();
+    refreshMe();
     refreshState();
-    refreshStatistics();
+    refreshStatistics(event.position);
   });
   on("MessagePosted", (event) => addChat(event.payload.player_id, event.payload.text));
   on("PlayerMuted", (event) => {
@@ -376,7 +406,6 @@ async function start() {
   drawPlanned();
   clearCoup(null);
   await Promise.all([refreshState(), refreshMe(), refreshStatistics(), refreshChat()]);
-  refreshMeSoon();
   follow();
   root.dataset.ready = "true";
 }
