@@ -13,7 +13,7 @@ import click
 from events.migrations import apply_migrations
 from events.postgres import Pool, PostgresEventStore, app_conninfo, open_pool
 from events.snapshots import PostgresSnapshotStore
-from events.store import utc_now
+from events.store import EventStore, utc_now
 from service.application.game.open_rounds import OpenRoundsProjection, PostgresOpenRounds
 from service.application.game.sweeper import SWEEP_INTERVAL, WindowSweeper
 from service.application.game.tables import GameService, WindowScheduler
@@ -22,7 +22,7 @@ from service.application.upcasters import upcasters
 from service.embedded import database_url
 from service.runtime.failpoints import projection_batch_hook
 from service.runtime.logs import configure_logging
-from service.runtime.settings import Settings
+from service.runtime.settings import DEFAULT_API_HOST, Settings
 
 
 @contextmanager
@@ -64,8 +64,27 @@ def _names(names: tuple[str, ...]) -> tuple[str, ...]:
     show_default=True,
     help="Seconds between the sweeper's looks for lapsed betting windows.",
 )
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(min=0, max=65535),
+    default=None,
+    help="Serve this projector's own /metrics on this port (compose's Prometheus scrapes it);"
+    " under `shoebox run`, the API's /metrics already holds them.",
+)
+@click.option(
+    "--metrics-host",
+    default=DEFAULT_API_HOST,
+    show_default=True,
+    help="The address --metrics-port listens on.",
+)
 @click.argument("names", nargs=-1, metavar="[NAME]...")
-def projector(poll_interval: float, sweep_interval: float, names: tuple[str, ...]) -> None:
+def projector(
+    poll_interval: float,
+    sweep_interval: float,
+    metrics_port: int | None,
+    metrics_host: str,
+    names: tuple[str, ...],
+) -> None:
     """Follow the log into every read model (or the NAMEd ones) until interrupted.
 
     It also keeps the index of open rounds and sweeps it for lapsed betting windows, closing
@@ -95,8 +114,24 @@ def projector(poll_interval: float, sweep_interval: float, names: tuple[str, ...
         )
         running = read_models.Projector([following])
         sweeper = window_sweeper(
-            pool, interval=sweep_interval, redis_url=Settings.from_env().redis_url
+            pool,
+            interval=sweep_interval,
+            redis_url=Settings.from_env().redis_url,
+            metered=metrics_port is not None,
         )
+        served = None
+        if metrics_port is not None:
+            from service.runtime.metrics import MetricsServer, ScrapeTimeGauges
+
+            def lag_now() -> dict[str, int]:
+                return {s.name: s.lag_events for s in read_models.status(pool, utc_now())}
+
+            # The projections' lag from the process that makes it, so a scrape sees it while
+            # the API is down; and what the sweeper appended (the windows it closed and dealt).
+            served = MetricsServer(metrics_host, metrics_port, ScrapeTimeGauges(lag_now, None))
+            click.echo(
+                f"projector metrics on http://{metrics_host}:{served.port}/metrics", err=True
+            )
         running.start()
         sweeper.start()
         click.echo(
@@ -107,10 +142,16 @@ def projector(poll_interval: float, sweep_interval: float, names: tuple[str, ...
         stop.wait()
         sweeper.stop()
         running.stop()
+        if served is not None:
+            served.stop()
 
 
 def window_sweeper(
-    pool: Pool, *, interval: float = SWEEP_INTERVAL, redis_url: str | None = None
+    pool: Pool,
+    *,
+    interval: float = SWEEP_INTERVAL,
+    redis_url: str | None = None,
+    metered: bool = False,
 ) -> WindowSweeper:
     """The sweeper over the projector's pool: it needs PostgreSQL only.
 
@@ -118,9 +159,15 @@ def window_sweeper(
     the API and the worker do. Without it, a round the sweeper opened would never reach the timer,
     and its table's windows would be closed by the sweeper alone from then on, even once Redis
     is back (tests/faults/test_redis_stopped.py). A Redis that is down costs nothing here: the
-    scheduler fails fast and logs.
+    scheduler fails fast and logs. `metered`: its appends count in this process's metrics.
     """
-    store = PostgresEventStore(pool, utc_now, upcasters())
+    store: EventStore = PostgresEventStore(pool, utc_now, upcasters())
+    if metered:
+        # Imported only then: prometheus_client must not be imported before a multiprocess
+        # directory is chosen (service/runtime/metrics.py), and only a metrics port needs it.
+        from service.runtime.metrics import MeteredEventStore
+
+        store = MeteredEventStore(store)
     scheduler: WindowScheduler | None = None
     if redis_url:
         # Imported here: the CLI's other commands should not pay for importing rq.

@@ -6,7 +6,7 @@ import click
 
 from events.migrations import apply_migrations
 from service.embedded import database_url, redis_url
-from service.runtime.settings import Settings
+from service.runtime.settings import DEFAULT_API_HOST, Settings
 
 
 @click.command()
@@ -23,7 +23,26 @@ from service.runtime.settings import Settings
     help="Serve the queue of read-model rebuilds instead, so they never hold up a window.",
 )
 @click.option("--burst", is_flag=True, help="Run the jobs that are due, then stop.")
-def worker(queue_name: str | None, rebuilds: bool, burst: bool) -> None:
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(min=0, max=65535),
+    default=None,
+    help="Serve this worker's own /metrics on this port (compose's Prometheus scrapes it);"
+    " under `shoebox run`, the API's /metrics already holds them.",
+)
+@click.option(
+    "--metrics-host",
+    default=DEFAULT_API_HOST,
+    show_default=True,
+    help="The address --metrics-port listens on.",
+)
+def worker(
+    queue_name: str | None,
+    rebuilds: bool,
+    burst: bool,
+    metrics_port: int | None,
+    metrics_host: str,
+) -> None:
     """Close betting windows at their deadlines, and run the periodic jobs, until interrupted.
 
     The window timer closes each window within milliseconds of its deadline; rq (with its
@@ -62,6 +81,13 @@ def worker(queue_name: str | None, rebuilds: bool, burst: bool) -> None:
             if signing_keys(settings) is not None:
                 periodic += ((jobs.CHECKPOINT_JOB_PREFIX, jobs.schedule_checkpoints),)
         click.echo(f"worker serving queue {name!r} on {queue_url}", err=True)
+        served = None
+        if metrics_port is not None:
+            from service.runtime.metrics import MetricsServer
+
+            # What this process records: the windows' lateness, its appends, the rounds it dealt.
+            served = MetricsServer(metrics_host, metrics_port)
+            click.echo(f"worker metrics on http://{metrics_host}:{served.port}/metrics", err=True)
         timer: WindowTimer | None = None
         if not rebuilds:
             # Beside rq's loop, on threads of its own: a window's deadline cannot wait for a
@@ -82,6 +108,8 @@ def worker(queue_name: str | None, rebuilds: bool, burst: bool) -> None:
         finally:
             if timer is not None:
                 timer.stop()
+            if served is not None:
+                served.stop()
 
 
 commands: list[click.Command] = [worker]

@@ -10,9 +10,9 @@ Labels are route templates, methods, statuses, event types, outcomes, queues and
 names: never an id of a player, key, table, round or seed, so the series stay few and say
 nothing about anyone.
 
-Two gauges are measured when scraped rather than recorded: the projections' lag (from their
-checkpoints) and the RQ queues' depth (from Redis). A Redis that is down leaves the queue
-gauge out of the scrape; it never fails it.
+Three gauges are measured when scraped rather than recorded: the projections' lag (from their
+checkpoints), the RQ queues' depth and their live workers (from Redis). A Redis that is down
+leaves the queue gauges out of the scrape; it never fails it.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from prometheus_client import (
     Histogram,
     generate_latest,
     multiprocess,
+    start_http_server,
 )
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -178,15 +179,17 @@ def observe_window_close(deadline: datetime, closed_at: datetime) -> None:
 
 
 class ScrapeTimeGauges(Collector):
-    """The gauges read when scraped: projection lag and RQ queue depth."""
+    """The gauges read when scraped: projection lag, RQ queue depth and live workers."""
 
     def __init__(
         self,
         projection_lag: Callable[[], Mapping[str, int]] | None,
         queue_depths: Callable[[], Mapping[str, int]] | None,
+        queue_workers: Callable[[], Mapping[str, int]] | None = None,
     ) -> None:
         self._projection_lag = projection_lag
         self._queue_depths = queue_depths
+        self._queue_workers = queue_workers
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         """Yield each gauge whose source answers; log and leave out one that does not."""
@@ -202,6 +205,13 @@ class ScrapeTimeGauges(Collector):
                 "Jobs waiting in an RQ queue.",
                 "queue",
                 self._queue_depths,
+            ),
+            (
+                "shoebox_rq_workers",
+                # Depth with no worker is a queue nobody consumes (service/runtime/queues.py).
+                "RQ workers serving a queue whose heartbeat is live.",
+                "queue",
+                self._queue_workers,
             ),
         )
         for name, documentation, label, source in sources:
@@ -236,6 +246,48 @@ def exposition(scrape_time: Collector | None = None) -> bytes:
         measured.register(scrape_time)
         text += generate_latest(measured)
     return text
+
+
+class MetricsServer:
+    """A process's own /metrics on a port of its own, served from a daemon thread."""
+
+    def __init__(self, host: str, port: int, scrape_time: Collector | None = None) -> None:
+        if os.environ.get(MULTIPROC_VARIABLE):
+            # Beside the API under `shoebox run`, where the API's scrape already adds this
+            # process's files up: served here too, it would be counted twice.
+            raise ValueError(
+                f"a process's own metrics port is for a process alone; with {MULTIPROC_VARIABLE}"
+                " set, GET /metrics on the API serves this process's figures already"
+            )
+        registry = CollectorRegistry()
+        # The process's own families (REGISTRY), and the gauges measured when scraped.
+        registry.register(_Recorded())
+        if scrape_time is not None:
+            registry.register(scrape_time)
+        self._server, self._thread = start_http_server(port, addr=host, registry=registry)
+
+    @property
+    def port(self) -> int:
+        """The port it listens on (the one asked for, or the one given for 0)."""
+        return int(self._server.server_port)
+
+    def stop(self) -> None:
+        """Stop serving and wait for the thread."""
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+
+class _Recorded(Collector):
+    """The default registry's families, as a collector another registry can hold."""
+
+    def collect(self) -> Iterator[Any]:
+        """Every family recorded in this process."""
+        yield from REGISTRY.collect()
+
+    def describe(self) -> list[Any]:
+        """Nothing up front, like ScrapeTimeGauges."""
+        return []
 
 
 def mark_process_dead(pid: int) -> None:

@@ -25,7 +25,7 @@ from events.postgres import Pool
 from service.application.keys import ApiKey
 from service.runtime import metrics
 from service.runtime.container import Container
-from service.runtime.scheduler import WINDOW_QUEUE, redis_for_requests
+from service.runtime.scheduler import redis_for_requests
 from service.web.api import EXTENSION
 from service.web.auth import ENDPOINT_ROLES_EXTENSION, OPEN, OVERSIGHT
 from service.web.problems import Problem
@@ -123,7 +123,8 @@ def _readyz() -> Response:
 
 
 def scrape_time_gauges(pool: Pool | None, redis_url: str | None) -> metrics.ScrapeTimeGauges:
-    """The gauges measured at each scrape: the projections' lag and the RQ queues' depth."""
+    """The gauges measured at each scrape: the projections' lag, the RQ queues' depth and their
+    live workers."""
     lag: Callable[[], Mapping[str, int]] | None = None
     if pool is not None:
         from events.store import utc_now
@@ -134,15 +135,21 @@ def scrape_time_gauges(pool: Pool | None, redis_url: str | None) -> metrics.Scra
 
         lag = lag_now
     depths: Callable[[], Mapping[str, int]] | None = None
+    workers: Callable[[], Mapping[str, int]] | None = None
     if redis_url:
+        from events.store import utc_now
+        from service.runtime.queues import queue_health
 
         def depths_now() -> Mapping[str, int]:
-            return {
-                WINDOW_QUEUE: int(redis_for_requests(redis_url).llen(f"rq:queue:{WINDOW_QUEUE}"))
-            }
+            health = queue_health(redis_for_requests(redis_url), utc_now())
+            return {h.queue: h.jobs for h in health}
 
-        depths = depths_now
-    return metrics.ScrapeTimeGauges(lag, depths)
+        def workers_now() -> Mapping[str, int]:
+            health = queue_health(redis_for_requests(redis_url), utc_now())
+            return {h.queue: h.workers for h in health}
+
+        depths, workers = depths_now, workers_now
+    return metrics.ScrapeTimeGauges(lag, depths, workers)
 
 
 def _metrics() -> Response:

@@ -1,7 +1,8 @@
 """Both pages in a real browser, against a real server: issue 16's "Tested in a real browser".
 
 Screenshots of both pages go to each test's tmp_path; with SHOEBOX_UPDATE_SCREENSHOTS=1 the
-README's copies in docs/screenshots/ are refreshed too.
+README's copy of /play in docs/screenshots/ is refreshed too. The README's dashboard comes from
+a real `make run` instead (tests/browser/make_run_screenshot.py): these tests run no worker.
 """
 
 import os
@@ -10,6 +11,7 @@ import signal
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +37,9 @@ def eventually(check: Callable[[], Any], timeout: float = 10.0) -> Any:
         time.sleep(0.1)
 
 
-def screenshot(page: Any, tmp_path: Path, name: str) -> None:
+def screenshot(page: Any, tmp_path: Path, name: str, *, for_readme: bool = True) -> None:
     page.screenshot(path=str(tmp_path / f"{name}.png"), full_page=True)
-    if os.environ.get("SHOEBOX_UPDATE_SCREENSHOTS") == "1":
+    if for_readme and os.environ.get("SHOEBOX_UPDATE_SCREENSHOTS") == "1":
         DOCS_SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         # The README's copy shows what a screen shows; the run's own copy is the whole page.
         page.evaluate("() => window.scrollTo(0, 0)")
@@ -502,7 +504,9 @@ def test_the_dashboard_shows_a_round_soon_after_its_deal_and_voids_by_malfunctio
         assert "void" in page.text_content("#outcome")
         wait_pence(page, "#balance", before)
         significant(dashboard, "MalfunctionDeclared")
-        screenshot(dashboard, tmp_path, "dashboard")
+        # Not the README's: this server runs no worker, so its queue shows work nobody takes.
+        # That picture comes from a real `make run` (tests/browser/make_run_screenshot.py).
+        screenshot(dashboard, tmp_path, "dashboard", for_readme=False)
 
         # The reopening, from the dashboard too, lands in the significant events.
         form = f"#table-{table} form[data-action='reopenings']"
@@ -512,6 +516,102 @@ def test_the_dashboard_shows_a_round_soon_after_its_deal_and_voids_by_malfunctio
     finally:
         ops.close()
         player_context.close()
+
+
+def signed_in_dashboard(context: Any, shoebox: Shoebox, table: str) -> Any:
+    dashboard = context.new_page()
+    dashboard.goto(f"{shoebox.base}/dashboard")
+    dashboard.fill("#key", shoebox.keys["ops"])
+    dashboard.click("#sign-in")
+    dashboard.wait_for_selector(f"#table-{table}")
+    return dashboard
+
+
+def submit_action(dashboard: Any, table: str, action: str, **fields: str) -> None:
+    form = f"#table-{table} form[data-action='{action}']"
+    for name, value in fields.items():
+        dashboard.fill(f"{form} input[name='{name}']", value)
+    dashboard.click(f"{form} button[type='submit']")
+    dashboard.wait_for_function(
+        "t => document.querySelector('#action-message').textContent.includes(`done at ${t}`)",
+        arg=table,
+        timeout=WAIT_MS,
+    )
+
+
+def test_the_dashboard_unmutes_a_player_who_can_then_chat_again(
+    browser: Any, shoebox: Shoebox
+) -> None:
+    table = shoebox.table("unmuted")
+    ops, player_context = browser.new_context(), browser.new_context()
+    try:
+        page = open_table(player_context, shoebox, table)
+        player = sit(page, 1)
+        shoebox.call("POST", f"/v1/tables/{table}/mutes", {"player_id": player, "reason": "spam"})
+        page.fill("#chat-text", "let me speak")
+        page.click("#chat-send")
+        page.wait_for_function(
+            "() => document.querySelector('#chat-error').textContent.length > 0", timeout=WAIT_MS
+        )
+
+        dashboard = signed_in_dashboard(ops, shoebox, table)
+        submit_action(dashboard, table, "unmutes", player_id=player)
+        significant(dashboard, "PlayerUnmuted")
+
+        page.fill("#chat-text", "thank you")
+        page.click("#chat-send")
+        page.wait_for_function(
+            "() => [...document.querySelectorAll('#chat-log .chat-text')]"
+            ".some(li => li.textContent === 'thank you')",
+            timeout=WAIT_MS,
+        )
+        assert page.text_content("#chat-error") == ""
+    finally:
+        ops.close()
+        player_context.close()
+
+
+def test_the_dashboard_voids_every_round_of_a_time_range_and_gives_the_money_back(
+    browser: Any, shoebox: Shoebox
+) -> None:
+    table = shoebox.table("ranged")
+    player = "ranger"
+    shoebox.call("POST", f"/v1/wallets/{player}/deposits", {"amount_pence": 10_000, "reason": "t"})
+    shoebox.call("POST", f"/v1/tables/{table}/seats", {"player_id": player, "seat": 1}, "frontend")
+    started = datetime.now(UTC) - timedelta(seconds=2)
+    for _ in range(2):
+        bet = {"player_id": player, "spot": "player", "stake_pence": 500}
+        shoebox.call("POST", f"/v1/tables/{table}/bets", bet, role="frontend")
+        shoebox.call("POST", f"/v1/tables/{table}/deal", {"player_id": player}, role="frontend")
+    ops = browser.new_context()
+    try:
+        dashboard = signed_in_dashboard(ops, shoebox, table)
+        # datetime-local inputs hold no zone: the dashboard reads them as UTC, as labelled.
+        until = datetime.now(UTC) + timedelta(seconds=2)
+        submit_action(
+            dashboard,
+            table,
+            "malfunctions",
+            reason="shuffler fault over the last minutes",
+            **{
+                "from": started.strftime("%Y-%m-%dT%H:%M:%S"),
+                "to": until.strftime("%Y-%m-%dT%H:%M:%S"),
+            },
+        )
+
+        def voided(round_id: str) -> bool:
+            return bool(shoebox.call("GET", f"/v1/rounds/{round_id}", role="frontend")["voided"])
+
+        eventually(lambda: voided(f"{table}-1") and voided(f"{table}-2"))
+        eventually(lambda: balance_of(shoebox, player) == 10_000)
+        dashboard.wait_for_function(
+            "t => document.querySelector(`#table-${t} [data-field=phase]`)"
+            "?.textContent.includes('suspended')",
+            arg=table,
+            timeout=WAIT_MS,
+        )
+    finally:
+        ops.close()
 
 
 def test_a_regulator_sees_a_read_only_dashboard(context: Any, shoebox: Shoebox) -> None:

@@ -45,22 +45,37 @@ def test_compose_runs_every_process_from_one_image_with_health_checks_and_migrat
     None
 ):
     services = compose()["services"]
-    assert set(services) == {"postgres", "redis", "migrate", "api", "worker", "projector"}
+    assert set(services) == {
+        "postgres",
+        "redis",
+        "migrate",
+        "api",
+        "worker",
+        "projector",
+        "prometheus",
+        "grafana",
+    }
     commands = {
         name: services[name]["command"] for name in ("migrate", "api", "worker", "projector")
     }
+    # The worker and the projector serve their own /metrics for Prometheus to scrape.
+    metrics = ["--metrics-host", "0.0.0.0", "--metrics-port", "9100"]
     assert commands == {
         "migrate": ["migrate"],
         "api": ["serve"],
-        "worker": ["worker"],
-        "projector": ["projector"],
+        "worker": ["worker", *metrics],
+        "projector": ["projector", *metrics],
     }
     assert {services[name]["image"] for name in commands} == {"shoebox:latest"}
     for name in ("postgres", "redis", "api", "worker", "projector"):
         assert services[name]["healthcheck"]["test"], name
     assert "/readyz" in " ".join(services["api"]["healthcheck"]["test"])
     assert any("/var/lib/postgresql/data" in v for v in services["postgres"]["volumes"])
-    assert compose()["volumes"] == {"postgres-data": None}
+    assert compose()["volumes"] == {
+        "postgres-data": None,
+        "prometheus-data": None,
+        "grafana-data": None,
+    }
     for name in ("api", "worker", "projector"):
         assert services[name]["depends_on"]["migrate"] == {
             "condition": "service_completed_successfully"
@@ -237,6 +252,7 @@ def test_metrics_add_up_across_workers_and_logs_are_one_json_line_a_request(
     for family in (
         "shoebox_projection_lag_events",
         "shoebox_rq_queue_depth",
+        "shoebox_rq_workers",
         "shoebox_rounds_total",
         "shoebox_rounds_voided_total",
         "shoebox_window_close_delay_seconds",

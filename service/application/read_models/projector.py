@@ -29,6 +29,7 @@ from events.subscription import CatchUpSubscription
 from service.application.game.open_rounds import OpenRoundsProjection
 from service.application.read_models.chat import ChatProjection
 from service.application.read_models.ledger import LedgerProjection
+from service.application.read_models.overview import OverviewProjection
 from service.application.read_models.players import PlayersProjection
 from service.application.read_models.rounds import RoundsProjection
 from service.application.read_models.shoes import ShoesProjection
@@ -63,6 +64,7 @@ PROJECTIONS: Final[tuple[type[Projection], ...]] = (
     ShoesProjection,
     ChatProjection,
     OpenRoundsProjection,
+    OverviewProjection,
 )
 """Every read model, in the order a rebuild of all of them applies each batch.
 

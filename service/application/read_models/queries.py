@@ -11,16 +11,19 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from fractions import Fraction
+from functools import cache
 from typing import Any, Final
 
 from psycopg import sql
 
-from domain.odds import exact_odds, fresh_shoe_counts
+from domain.odds import Odds, exact_odds, fresh_shoe_counts
 from domain.outcome import Outcome, Spot
 from domain.roads import Roads, roads_from
+from domain.round import Phase
 from events.postgres import EVENT_COLUMNS, Pool, event_rows
 from events.store import Clock, RecordedEvent
 from service.application.chat import ChatMessage
+from service.application.game.views import CLOSING, IDLE
 from service.application.players import PlayedBet, PlayedCard, RoundHistory
 from service.application.read_models import projector
 from service.application.read_models.invariants import RoundRecord, Violation
@@ -131,7 +134,37 @@ _STREAM_AFTER = (
     "WITH tail AS MATERIALIZED (SELECT " + EVENT_COLUMNS + " FROM events"  # noqa: S608
     " WHERE position > %s) SELECT * FROM tail WHERE stream_id = %s ORDER BY position"
 )
+# Every table of a page in one statement, however many there are: proj_table_overview by its
+# position index (the keyset); for each table, its rounds ended since `since` through
+# proj_rounds_table_ended_at, its current shoe's outcomes through proj_tables' primary key and
+# proj_coups_table_position, and its ledger by spot through proj_ledger's primary key.
+_OVERVIEW = """
+SELECT o.table_id, o.position, o.version, o.settings, o.seats, o.round_id, o.round_number,
+       o.round_phase, o.window_closes_at, o.shoe_id, o.shoe_hash, o.shoe_hands, o.shoe_coups,
+       o.latest_coup, o.suspended,
+       (SELECT count(*) FROM proj_rounds AS r
+        WHERE r.table_id = o.table_id AND r.ended_at >= %(since)s AND r.status = 'settled'),
+       (SELECT coalesce(array_agg(c.outcome ORDER BY c.position), '{}')
+        FROM proj_tables AS t JOIN proj_coups AS c
+          ON c.table_id = t.table_id AND c.shoe_id = t.current_shoe
+        WHERE t.table_id = o.table_id AND NOT c.voided),
+       (SELECT coalesce(jsonb_agg(jsonb_build_array(l.spot, l.bets, l.wagered, l.paid_out,
+                                                    l.commission) ORDER BY l.spot), '[]')
+        FROM (SELECT spot, sum(bets)::bigint AS bets, sum(wagered)::bigint AS wagered,
+                     sum(paid_out)::bigint AS paid_out, sum(commission)::bigint AS commission
+              FROM proj_ledger
+              WHERE table_id = o.table_id AND day >= %(first)s AND day <= %(last)s
+                AND (%(operator)s::text IS NULL OR operator = %(operator)s)
+              GROUP BY spot) AS l)
+FROM proj_table_overview AS o
+WHERE o.position > %(after)s
+ORDER BY o.position
+LIMIT %(limit)s
+"""
 _WATCHED: Final = ("wallets", "ledger", "rounds")
+_OVER_PHASES: Final = frozenset(
+    str(p) for p in (Phase.SETTLED, Phase.ENDED_WITHOUT_PLAY, Phase.VOIDED)
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +221,51 @@ class LedgerLine:
 
 
 @dataclass(frozen=True, slots=True)
+class SpotTotals:
+    """The house's figures for one table and bet type over a range of days."""
+
+    spot: str
+    bets: int
+    wagered: int
+    paid_out: int
+    commission: int
+    theoretical_rtp: Fraction | None
+
+    @property
+    def hold(self) -> int:
+        """What the house kept: wagered less paid out."""
+        return self.wagered - self.paid_out
+
+    @property
+    def observed_rtp(self) -> Fraction | None:
+        """Paid out per pound wagered, stakes included; None before anything was wagered."""
+        return Fraction(self.paid_out, self.wagered) if self.wagered else None
+
+
+@dataclass(frozen=True, slots=True)
+class TableOverview:
+    """A table at a glance, as the ops dashboard shows it."""
+
+    table_id: str
+    position: int
+    version: int
+    settings: dict[str, Any]
+    seats: tuple[str | None, ...]
+    phase: str
+    round_id: str | None
+    round_number: int | None
+    window_closes_at: datetime | None
+    shoe_id: str | None
+    server_seed_hash: str | None
+    hands_left: int | None
+    latest_coup: dict[str, Any] | None
+    suspended: bool
+    rounds_last_minute: int
+    roads: Roads
+    ledger: tuple[SpotTotals, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class InvariantReport:
     """Money conservation and the payout rules, checked over the read models."""
 
@@ -204,6 +282,13 @@ class InvariantReport:
     def ok(self) -> bool:
         """Whether every check could run and passed."""
         return self.comparable and not self.violations
+
+
+@cache
+def fresh_shoe_odds(decks: int) -> Odds:
+    """The exact odds of a fresh shoe of `decks` decks: tens of milliseconds to work out, and
+    the same every time, so worked out once per process."""
+    return exact_odds(fresh_shoe_counts(decks))
 
 
 class ProjectionService:
@@ -392,16 +477,82 @@ class ProjectionService:
         """
         with self._pool.connection() as conn:
             rows = conn.execute(_LEDGER, [table_id, first, last, operator, operator]).fetchall()
-        theoretical: dict[int, Any] = {}
         lines: list[LedgerLine] = []
         for day, spot, bets, wagered, paid_out, commission, decks in rows:
             rtp: Fraction | None = None
             if decks is not None:
-                if decks not in theoretical:
-                    theoretical[decks] = exact_odds(fresh_shoe_counts(decks))
-                rtp = theoretical[decks].expected_return(Spot(spot))
+                rtp = fresh_shoe_odds(decks).expected_return(Spot(spot))
             lines.append(LedgerLine(day, spot, bets, wagered, paid_out, commission, rtp))
         return lines
+
+    def overview(
+        self,
+        *,
+        after: int,
+        limit: int,
+        since: datetime,
+        first: date,
+        last: date,
+        operator: str | None = None,
+    ) -> list[TableOverview]:
+        """Up to `limit` tables created after position `after`, in creation order, each with
+        its rounds ended since `since`, its current shoe's roads and its ledger by spot from
+        day `first` to `last`: one statement for the whole page."""
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        now = self._clock()
+        params = {
+            "after": after,
+            "limit": limit,
+            "since": since,
+            "first": first,
+            "last": last,
+            "operator": operator,
+        }
+        with self._pool.connection() as conn:
+            rows = conn.execute(_OVERVIEW, params).fetchall()
+        found: list[TableOverview] = []
+        for row in rows:
+            (table_id, position, version, settings, seats, round_id, round_number, round_phase,
+             closes_at, shoe_id, shoe_hash, shoe_hands, shoe_coups, latest_coup, suspended,
+             ended, outcomes, ledger) = row  # fmt: skip
+            theory = fresh_shoe_odds(int(settings["decks"]))
+            over = round_phase is None or round_phase in _OVER_PHASES
+            phase = IDLE if over else str(round_phase)
+            if phase == Phase.BETTING and closes_at is not None and closes_at <= now:
+                phase = CLOSING  # lapsed; the deal follows within moments
+            found.append(
+                TableOverview(
+                    table_id=table_id,
+                    position=int(position),
+                    version=int(version),
+                    settings=settings,
+                    seats=tuple(seats),
+                    phase=phase,
+                    round_id=round_id,
+                    round_number=round_number,
+                    window_closes_at=None if over else closes_at,
+                    shoe_id=shoe_id,
+                    server_seed_hash=shoe_hash,
+                    hands_left=None if shoe_id is None else max(shoe_hands - shoe_coups, 0),
+                    latest_coup=latest_coup,
+                    suspended=bool(suspended),
+                    rounds_last_minute=int(ended),
+                    roads=roads_from([Outcome(o) for o in outcomes]),
+                    ledger=tuple(
+                        SpotTotals(
+                            spot,
+                            int(bets),
+                            int(wagered),
+                            int(paid_out),
+                            int(commission),
+                            theory.expected_return(Spot(spot)),
+                        )
+                        for spot, bets, wagered, paid_out, commission in ledger
+                    ),
+                )
+            )
+        return found
 
     def status(self) -> list[ProjectionStatus]:
         """Each projection's checkpoint, the log's head, and the lag in events and seconds."""

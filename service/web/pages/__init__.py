@@ -72,6 +72,7 @@ def mount_pages(app: Flask, settings: Settings, clock: Clock) -> None:
         keys=wiring.keys,
         demo_keys=demo_keys_by_role(settings.data_dir) if settings.demo else {},
         redis_url=settings.redis_url,
+        clock=clock,
     )
     site.config["MAX_CONTENT_LENGTH"] = app.config["MAX_CONTENT_LENGTH"]
     site.register_blueprint(dashboard.blp)

@@ -9,6 +9,7 @@ from typing import Final
 
 from flask import current_app
 
+from events.store import Clock
 from service.application.keys import KeyRing
 from service.runtime.demo import DemoKey
 from service.runtime.settings import Settings
@@ -28,6 +29,7 @@ class PagesContext:
     keys: KeyRing
     demo_keys: Mapping[str, DemoKey]
     redis_url: str | None
+    clock: Clock
 
 
 def pages() -> PagesContext:
