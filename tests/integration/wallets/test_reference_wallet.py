@@ -11,6 +11,7 @@ import urllib.error
 import urllib.request
 import uuid
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -464,12 +465,19 @@ def test_the_transaction_list_pages_through_a_time_range_in_order(
     assert wallet.ledger.transactions(until, until + timedelta(hours=1), None, 10) == []
 
 
-def test_python_m_operator_wallet_serve_answers_until_terminated(
-    wallet_database_url: str,
+@pytest.mark.parametrize(
+    "program",
+    [
+        [sys.executable, "-m", "operator_wallet", "serve"],
+        [str(Path(sys.executable).parent / "shoebox"), "wallet-reference", "serve"],
+    ],
+    ids=["python -m operator_wallet", "shoebox wallet-reference"],
+)
+def test_the_command_line_serves_the_wallet_until_terminated(
+    wallet_database_url: str, program: list[str]
 ) -> None:
     environment = {"OPERATOR_WALLET_KEYS": "k1:" + "s" * 32, "PATH": "/usr/bin:/bin"}
-    command = [sys.executable, "-m", "operator_wallet", "serve"]
-    command += ["--database-url", wallet_database_url, "--port", "0"]
+    command = [*program, "--database-url", wallet_database_url, "--port", "0"]
     with subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment
     ) as process:
