@@ -57,6 +57,7 @@ class Call:
     request_uuid: str
     player_id: str
     session_token: str
+    """Empty when a win or a rollback came without one."""
     currency: str
     exponent: int
     transaction_uuid: str | None = None
@@ -117,8 +118,9 @@ def parse(kind: str, body: Any) -> Call:
     unknown = sorted(set(body) - allowed)
     if unknown:
         raise BadRequestError(f"unknown fields: {', '.join(unknown)}")
-    token = body.get("session_token")
-    if not isinstance(token, str) or not 0 < len(token) <= 256:
+    # A win or a rollback is owed whatever became of the session, so it may come without one.
+    token = body.get("session_token", "" if kind in ("win", "rollback") else None)
+    if not isinstance(token, str) or len(token) > 256 or (not token and "session_token" in body):
         raise BadRequestError("session_token must be a string of 1 to 256 characters")
     currency = body.get("currency")
     if not isinstance(currency, str) or not re.fullmatch(r"[A-Z]{3}", currency):

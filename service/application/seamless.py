@@ -203,7 +203,8 @@ class WalletCall:
     kind: str
     request_uuid: str
     player_id: str
-    session_token: Secret
+    session_token: Secret | None
+    """None only for a win or a rollback, which the wallet must take without a session."""
     currency: str
     exponent: int
     transaction_uuid: str | None = None
@@ -215,6 +216,8 @@ class WalletCall:
     def __post_init__(self) -> None:
         if self.kind not in CALLS:
             raise ValueError(f"no wallet call {self.kind!r}")
+        if self.session_token is None and self.kind in (BALANCE, BET):
+            raise ValueError(f"a {self.kind} carries the player's session token")
         if self.amount is not None and (
             type(self.amount) is not int or self.amount < (1 if self.kind == BET else 0)
         ):
@@ -230,10 +233,11 @@ class WalletCall:
         body: dict[str, Any] = {
             "request_uuid": self.request_uuid,
             "player_id": self.player_id,
-            "session_token": self.session_token.value,
             "currency": self.currency,
             "exponent": self.exponent,
         }
+        if self.session_token is not None:
+            body["session_token"] = self.session_token.value
         if self.kind != BALANCE:
             body |= {
                 "transaction_uuid": self.transaction_uuid,
@@ -310,7 +314,7 @@ def win_call(
     stream_id: str,
     version: int,
     player_id: str,
-    session_token: str,
+    session_token: str | None,
     table_id: str,
     round_id: str,
     amount: int,
@@ -324,7 +328,7 @@ def win_call(
         WIN,
         request_uuid(transaction),
         player_id,
-        Secret(session_token),
+        None if session_token is None else Secret(session_token),
         config.currency,
         config.exponent,
         transaction,
@@ -340,7 +344,7 @@ def rollback_call(
     stream_id: str,
     version: int,
     player_id: str,
-    session_token: str,
+    session_token: str | None,
     table_id: str,
     round_id: str,
     cancelled: str,
@@ -352,7 +356,7 @@ def rollback_call(
         ROLLBACK,
         request_uuid(transaction),
         player_id,
-        Secret(session_token),
+        None if session_token is None else Secret(session_token),
         config.currency,
         config.exponent,
         transaction,

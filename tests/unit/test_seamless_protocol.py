@@ -396,3 +396,11 @@ def test_every_answer_falls_into_exactly_one_class(
     result = classify(CONFIG, call, "POST", exchange, NOW)
     assert (result.outcome, result.reason) == (outcome, reason)
     assert (result.balance is not None) == (outcome is Outcome.OK and reason == "OK")
+
+
+def test_a_win_or_rollback_may_go_without_the_session_token_but_a_bet_may_not() -> None:
+    assert BET.transaction_uuid is not None
+    win = win_call(CONFIG, "round-t1-42", 9, "alice", None, "t1", "42", 0, [BET.transaction_uuid])
+    assert "session_token" not in json.loads(win.body())
+    with pytest.raises(ValueError, match="session token"):
+        WalletCall("bet", "r", "alice", None, "GBP", 2, "t", "t1", "42", 5)

@@ -494,3 +494,24 @@ def test_the_command_line_serves_the_wallet_until_terminated(
             process.terminate()
             process.communicate(timeout=10)
         assert process.returncode == 0
+
+
+def test_a_win_and_a_rollback_may_come_without_a_session_but_a_bet_may_not(
+    wallet: WalletServer, admin: Admin
+) -> None:
+    player, token = admin.player(deposit=1000)
+    bet = bet_document(player, token, 100)
+    raw_call(wallet, "bet", bet)
+    win = _win(player, token, [bet["transaction_uuid"]], 300)
+    del win["session_token"]
+    assert raw_call(wallet, "win", win).body["status"] == "OK"
+    other = bet_document(player, token, 100)
+    raw_call(wallet, "bet", other)
+    rollback = _rollback(player, token, str(other["transaction_uuid"]), 100)
+    del rollback["session_token"]
+    assert raw_call(wallet, "rollback", rollback).body["status"] == "OK"
+    sessionless = bet_document(player, token, 100)
+    del sessionless["session_token"]
+    assert raw_call(wallet, "bet", sessionless).status == 400
+    assert raw_call(wallet, "bet", bet_document(player, "", 100)).status == 400
+    assert admin.balance(player) == 1200
