@@ -96,9 +96,15 @@ class SeamlessWalletClient:
             )
             if problem is not None:
                 raise WalletUnavailableError(f"{self._config.operator}: {problem}")
-            page = json.loads(exchange.body)
-            yield from page["transactions"]
-            after = page.get("next_after")
+            try:
+                page = json.loads(exchange.body)
+                rows: list[dict[str, Any]] = page["transactions"]
+                after = page["next_after"]
+            except (ValueError, KeyError, TypeError):
+                raise WalletUnavailableError(
+                    f"{self._config.operator}: the transaction list is unreadable"
+                ) from None
+            yield from rows
             if after is None:
                 return
 
