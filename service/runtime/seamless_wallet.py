@@ -13,8 +13,10 @@ import http.client
 import json
 import logging
 import time
+import tomllib
 from collections.abc import Callable, Iterator
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlencode, urlsplit
 
@@ -24,6 +26,7 @@ from service.application.seamless import (
     Outcome,
     SeamlessWalletConfig,
     WalletCall,
+    WalletConfigError,
     WalletResult,
     classify,
     signature,
@@ -33,6 +36,32 @@ from service.application.seamless import (
 log = logging.getLogger("shoebox.seamless_wallet")
 
 MAX_ANSWER_BYTES: Final = 1024 * 1024
+
+
+def load_wallets(path: Path) -> dict[str, SeamlessWalletConfig]:
+    """Every seamless operator's wallet a TOML file configures, under `[operators.NAME]`.
+
+    Each is checked now (a currency other than the tables' is refused here, not at the first
+    bet). An error names the operator and the setting, never a secret's value. Not yet read by
+    Shoebox's settings: the bet path that would use it is not built.
+    """
+    try:
+        document = tomllib.loads(path.read_text())
+    except OSError as error:
+        raise WalletConfigError(f"cannot read {path}: {error.strerror}") from None
+    except tomllib.TOMLDecodeError as error:
+        # The decoder's message quotes no value, only where the syntax broke.
+        raise WalletConfigError(f"{path} is not TOML: {error}") from None
+    operators = document.get("operators", {})
+    unknown = sorted(set(document) - {"operators"})
+    if unknown or not isinstance(operators, dict):
+        raise WalletConfigError(f"{path} holds only [operators.NAME] tables")
+    wallets: dict[str, SeamlessWalletConfig] = {}
+    for operator, table in operators.items():
+        if not isinstance(table, dict):
+            raise WalletConfigError(f"{path}: operators.{operator} must be a table")
+        wallets[operator] = SeamlessWalletConfig.from_document(operator, table)
+    return wallets
 
 
 class WalletUnavailableError(Exception):

@@ -27,6 +27,7 @@ from service.application.seamless import (
     transaction_uuid,
     win_call,
 )
+from service.runtime.seamless_wallet import load_wallets
 
 VECTORS = json.loads((Path(__file__).parent.parent / "wallet_signing_vectors.json").read_text())
 NOW = 1_764_835_200
@@ -404,3 +405,46 @@ def test_a_win_or_rollback_may_go_without_the_session_token_but_a_bet_may_not() 
     assert "session_token" not in json.loads(win.body())
     with pytest.raises(ValueError, match="session token"):
         WalletCall("bet", "r", "alice", None, "GBP", 2, "t", "t1", "42", 5)
+
+
+def test_a_wallets_file_configures_each_seamless_operator(tmp_path: Path) -> None:
+    secret_file = tmp_path / "beta.secret"
+    secret_file.write_text("beta-secret-of-enough-length\n")
+    wallets = tmp_path / "wallets.toml"
+    wallets.write_text(
+        f"""
+[operators.acme]
+base_url = "http://127.0.0.1:8100/wallet"
+key_id = "k1"
+secret = "{SECRET}"
+currency = "GBP"
+
+[operators.beta]
+base_url = "https://wallet.beta.example/shoebox"
+key_id = "2026-12"
+secret_file = "{secret_file}"
+currency = "GBP"
+read_timeout_seconds = 5
+"""
+    )
+    loaded = load_wallets(wallets)
+    assert sorted(loaded) == ["acme", "beta"]
+    assert loaded["beta"].secret.value == "beta-secret-of-enough-length"
+    assert loaded["beta"].read_timeout_seconds == 5.0
+
+
+def test_a_wallets_file_in_another_currency_is_refused_without_showing_the_secret(
+    tmp_path: Path,
+) -> None:
+    wallets = tmp_path / "wallets.toml"
+    wallets.write_text(
+        f'[operators.acme]\nbase_url = "http://w/x"\nkey_id = "k1"\nsecret = "{SECRET}"\n'
+        'currency = "EUR"\n'
+    )
+    with pytest.raises(WalletConfigError, match="acme: the wallet's currency 'EUR'") as refused:
+        load_wallets(wallets)
+    assert SECRET not in str(refused.value)
+    wallets.write_text(f'[operators.acme]\nsecret = "{SECRET}\n')
+    with pytest.raises(WalletConfigError, match="is not TOML") as broken:
+        load_wallets(wallets)
+    assert SECRET not in str(broken.value)
