@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import click
 
-from operator_wallet.command import ADMIN_VARIABLE, KEYS_VARIABLE, serve
+# The service image leaves the reference wallet out (it is the casino's side, for tests and
+# the demo), so the variables are named here rather than imported from it.
+KEYS_VARIABLE = "OPERATOR_WALLET_KEYS"
+ADMIN_VARIABLE = "OPERATOR_WALLET_ADMIN_TOKEN"
 
 
 @click.group("wallet-reference")
@@ -28,6 +31,13 @@ def wallet_reference() -> None:
 @click.option("--port", type=int, default=8100, show_default=True)
 def serve_command(database_url: str, host: str, port: int) -> None:
     """Serve the wallet until interrupted (the keys and admin token from the environment)."""
+    try:
+        from operator_wallet.command import serve
+    except ImportError:
+        raise click.ClickException(
+            "the reference wallet (operator_wallet) is not installed here; run it from a"
+            " source checkout"
+        ) from None
     try:
         serve(database_url, host, port)
     except ValueError as error:

@@ -448,3 +448,11 @@ def test_a_wallets_file_in_another_currency_is_refused_without_showing_the_secre
     with pytest.raises(WalletConfigError, match="is not TOML") as broken:
         load_wallets(wallets)
     assert SECRET not in str(broken.value)
+
+
+def test_the_command_lines_names_for_the_wallets_secrets_are_the_wallets_own() -> None:
+    from operator_wallet import command
+    from service.cli import wallet_reference
+
+    assert wallet_reference.KEYS_VARIABLE == command.KEYS_VARIABLE
+    assert wallet_reference.ADMIN_VARIABLE == command.ADMIN_VARIABLE
