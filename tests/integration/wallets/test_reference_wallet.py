@@ -14,11 +14,15 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from psycopg_pool import ConnectionPool
 
 from operator_wallet import WalletServer
-from operator_wallet.signing import SigningKey
+from operator_wallet.ledger import Ledger
+from operator_wallet.signing import SigningKey, sign
+from service.application.seamless import Outcome, bet_call
+from service.runtime.seamless_wallet import SeamlessWalletClient
 
-from .conftest import KEYS, SECRET_2, Admin, MovableClock, bet_document, raw_call
+from .conftest import KEYS, SECRET_2, Admin, MovableClock, bet_document, client_config, raw_call
 
 
 def _win(player_id: str, token: str, bets: list[str], amount: int) -> dict[str, object]:
@@ -515,3 +519,56 @@ def test_a_win_and_a_rollback_may_come_without_a_session_but_a_bet_may_not(
     assert raw_call(wallet, "bet", sessionless).status == 400
     assert raw_call(wallet, "bet", bet_document(player, "", 100)).status == 400
     assert admin.balance(player) == 1200
+
+
+def test_the_admin_side_is_hidden_from_a_caller_without_its_token(
+    wallet: WalletServer, admin: Admin
+) -> None:
+    player, _ = admin.player(deposit=1000)
+    request = urllib.request.Request(
+        admin.base + "/admin/players",
+        data=json.dumps({"player_id": player, "currency": "GBP", "deposit": 10**6}).encode(),
+        method="POST",
+        headers={"Authorization": "Bearer guess"},
+    )
+    with pytest.raises(urllib.error.HTTPError) as hidden:
+        urllib.request.urlopen(request, timeout=5)
+    hidden.value.close()
+    assert hidden.value.code == 404
+    assert admin.balance(player) == 1000
+
+
+def test_a_malformed_transaction_list_request_is_a_signed_400(wallet: WalletServer) -> None:
+    key = KEYS["k1"]
+    for query in ("from=2026-12-04T00:00:00&to=2026-12-05T00:00:00%2B00:00", "limit=0", ""):
+        path = f"/wallet/transactions?{query}"
+        now = int(datetime.now(UTC).timestamp())
+        request = urllib.request.Request(
+            admin_base(wallet) + path,
+            headers={"Wallet-Signature": sign(key, "GET", path, now, b"")},
+        )
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=5)
+        refused.value.close()
+        assert refused.value.code == 400
+        assert refused.value.headers["Wallet-Signature"].startswith("key_id=k1,")
+
+
+def test_a_wallet_whose_database_fails_answers_500_and_the_client_reads_it_uncertain(
+    wallet_database_url: str, wallet_clock: MovableClock
+) -> None:
+    pool = ConnectionPool(wallet_database_url, min_size=1, max_size=1, open=True)
+    pool.close()  # every checkout now fails, as when PostgreSQL is gone
+    server = WalletServer(Ledger(pool, wallet_clock), KEYS, clock=wallet_clock)
+    server.start()
+    try:
+        config = client_config(server)
+        call = bet_call(config, "round-x", 1, "alice", "token", "t1", "r1", 100)
+        result = SeamlessWalletClient(config, wallet_clock).send(call)
+    finally:
+        server.stop()
+    assert (result.outcome, result.reason) == (Outcome.UNCERTAIN, "http-500")
+
+
+def admin_base(server: WalletServer) -> str:
+    return server.url.removesuffix("/wallet")
