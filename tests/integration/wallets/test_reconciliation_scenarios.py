@@ -26,8 +26,7 @@ from service.application.wallet_reconciliation import (
 )
 from service.runtime.seamless_wallet import SeamlessWalletClient
 
-from .conftest import Admin, MovableClock, client_config
-from .test_seamless_client import Round
+from .conftest import Admin, MovableClock, Round, client_config
 
 FAULTS: list[tuple[str, dict[str, Any]]] = [
     ("none", {}),

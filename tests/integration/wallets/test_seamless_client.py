@@ -19,63 +19,10 @@ from service.application.seamless import (
     Secret,
     WalletCall,
     balance_call,
-    bet_call,
-    rollback_call,
-    win_call,
 )
 from service.runtime.seamless_wallet import SeamlessWalletClient
 
-from .conftest import SECRET_1, SECRET_2, Admin, MovableClock, client_config
-
-
-class Round:
-    """Builds a round's calls the way the bet path will: ids from a stream and its versions."""
-
-    def __init__(self, config: SeamlessWalletConfig, player_id: str, token: str) -> None:
-        self.config = config
-        self.player_id = player_id
-        self.token = token
-        self.stream = f"round-{uuid.uuid4()}"
-        self.version = 0
-
-    def _next(self) -> int:
-        self.version += 1
-        return self.version
-
-    def bet(self, amount: int) -> WalletCall:
-        return bet_call(
-            self.config, self.stream, self._next(), self.player_id, self.token, "t1", "r1", amount
-        )
-
-    def win(self, amount: int, *bets: WalletCall) -> WalletCall:
-        ids = [str(bet.transaction_uuid) for bet in bets]
-        return win_call(
-            self.config,
-            self.stream,
-            self._next(),
-            self.player_id,
-            self.token,
-            "t1",
-            "r1",
-            amount,
-            ids,
-        )
-
-    def rollback(self, cancelled: WalletCall) -> WalletCall:
-        assert cancelled.transaction_uuid is not None
-        assert cancelled.amount is not None
-        return rollback_call(
-            self.config,
-            self.stream,
-            self._next(),
-            self.player_id,
-            self.token,
-            "t1",
-            "r1",
-            cancelled.transaction_uuid,
-            cancelled.amount,
-        )
-
+from .conftest import SECRET_1, SECRET_2, Admin, MovableClock, Round, client_config
 
 RoundStarter = Callable[..., Round]
 
