@@ -31,6 +31,10 @@ COMMANDS: Final[dict[str, tuple[str, str]]] = {
     "export": ("regulator", "Write a table's events in a time range, with its seeds, as JSONL."),
     "verify": ("regulator", "Check an export offline with the independent verifier."),
     "recover": ("regulator", "Complete rounds left due but undealt by a crash, or void them."),
+    "wallet-reference": (
+        "wallet_reference",
+        "Run the reference operator wallet: the casino's side of the seamless wallet.",
+    ),
 }
 
 
