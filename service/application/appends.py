@@ -26,7 +26,7 @@ from events.store import (
     JsonValue,
     StreamAppend,
 )
-from service.application.actor import Actor
+from service.application.actor import Actor, Outcome
 from service.application.errors import Conflict
 from service.application.streams import DomainEvent, from_recorded
 
@@ -48,19 +48,6 @@ def note_looked_up(idempotency: Idempotency) -> None:
     one's command refused, which the caller must then answer with the twin's response.
     """
     _LOOKED_UP.set(idempotency)
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """What a command's append records: its events in append order, each stream's new version.
-
-    Known before the append (the versions are the ones read plus the events added), so an
-    answer built from it can be stored in the append; the positions are not, and are no part
-    of it.
-    """
-
-    events: tuple[DomainEvent, ...]
-    versions: Mapping[str, int]
 
 
 @dataclass(frozen=True, slots=True)

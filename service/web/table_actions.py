@@ -35,7 +35,8 @@ from domain.table import (
     ShoeRevealed,
     is_round_event,
 )
-from service.application.appends import Outcome, Receipt
+from service.application.actor import Outcome
+from service.application.appends import Receipt
 from service.application.streams import table_stream
 
 
