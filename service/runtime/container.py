@@ -14,6 +14,7 @@ from psycopg_pool import ConnectionPool
 from events.postgres import Pool
 from events.snapshots import InMemorySnapshotStore, PostgresSnapshotStore, SnapshotStore
 from events.store import Clock, EventStore, JsonValue
+from events.stream_locks import PostgresStreamLocks
 from events.tail import LogTail
 from service.application.chat import ChatService
 from service.application.feed import FeedService, is_public, lag_document
@@ -85,6 +86,8 @@ def wire(
         wallets=wallets,
         limits=limits,
         before_deal_append=deal_append_hook(),
+        # The workers bet at one table at once: they take turns at its lock once they race.
+        stream_locks=None if pool is None else PostgresStreamLocks(pool),
     )
     return Container(
         settings=settings,
