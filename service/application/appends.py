@@ -15,6 +15,7 @@ its stored answer. A fresh keyed command is then one call to the store.
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -34,6 +35,8 @@ from events.store import (
 from service.application.actor import Actor, Outcome
 from service.application.errors import Conflict
 from service.application.streams import DomainEvent, from_recorded
+
+_log = logging.getLogger(__name__)
 
 REQUEST_BUDGET_SECONDS: Final = 2.5
 """How long a command keeps trying to get its append in: a request answers within 3 s."""
@@ -182,6 +185,10 @@ def run_command(
             result.last_position,
             response=None if keyed is None else keyed.response,
         )
+    if patience.attempts != 1:
+        # Rare enough to be worth a line (issue 21): a request refused only for losing races.
+        # (A single try is a probe whose caller goes on another way.)
+        _log.warning("gave up after %d lost races on %s", len(conflicted), sorted(set(conflicted)))
     raise Conflict(sorted(set(conflicted)), len(conflicted))
 
 

@@ -139,6 +139,10 @@ class GameService:
         # when this process last saw another write a table at the same time as itself.
         self._stream_locks = stream_locks
         self._one_try = replace(patience, attempts=1)
+        # Under the table's lock the only racers are writers that take no turn (a process's
+        # first command at a table it has not seen contended): a pause would only let them
+        # win again, so the holder retries at once.
+        self._in_turn = replace(patience, first_pause=0.0, longest_pause=0.0)
         self._contention_guard = threading.Lock()
         self._contention: dict[str, float] = {}
         # Injectable so that tests can deal a known shoe; production uses the OS's CSPRNG.
@@ -319,7 +323,8 @@ class GameService:
         try:
             with self._turns.turn(table_id, deadline - self._patience.monotonic()):
                 yield deadline
-        except TurnNotReached:
+        except TurnNotReached as error:
+            log.warning("%s; answered as a conflict", error)
             raise Conflict([table_stream(table_id)], 0) from None
 
     def _window_left(self, table_id: str) -> float | None:
@@ -402,7 +407,10 @@ class GameService:
         locks = self._stream_locks
         if locks is None:
             return run(self._patience)
-        if not self._contended(table_id):
+        # The one-call path is for a table this process has played and seen nobody else write
+        # lately. A table not in the cache has to be read anyway, and is read under its lock:
+        # a process's first command at a busy table would otherwise race the lock's holders.
+        if not self._contended(table_id) and self._tables.cached(stream) is not None:
             try:
                 return run(self._one_try)
             except Conflict:
@@ -413,8 +421,9 @@ class GameService:
         trusted["table"], trusted["rest"] = False, True
         try:
             with locks.hold(stream, deadline - self._patience.monotonic()):
-                return run(self._patience)
-        except StreamBusy:
+                return run(self._in_turn)
+        except StreamBusy as error:
+            log.warning("%s; answered as a conflict", error)
             raise Conflict([stream], 0) from None
 
     def _contended(self, table_id: str) -> bool:
