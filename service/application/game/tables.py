@@ -11,13 +11,12 @@ and reveal when due, and the next round's opening, so the log never holds half a
 from __future__ import annotations
 
 import logging
-import threading
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime
-from typing import Final, Protocol
+from typing import Protocol
 
 from domain.cards import Card
 from domain.errors import DomainError
@@ -63,7 +62,7 @@ from service.application.actor import Actor
 from service.application.appends import DEFAULT_PATIENCE, Patience, Prepared, Receipt, run_command
 from service.application.errors import Conflict, RoundNotFound, ServiceError, TableNotFound
 from service.application.game.plan import NewShoe, NothingDue, Plan, ShoeCards
-from service.application.game.turns import TableTurns, TurnNotReached
+from service.application.game.turns import TableHeat, TableTurns, TurnNotReached
 from service.application.game.views import LiveState, live_state
 from service.application.players import LimitCache
 from service.application.streams import (
@@ -77,10 +76,6 @@ from service.application.streams import (
 from service.application.wallets import WalletCache
 
 log = logging.getLogger(__name__)
-
-CONTENDED_SECONDS: Final = 2.0
-"""How long after another process last wrote a table at the same time as this one the table's
-commands here go straight to its lock, rather than each first losing a race on a stale cache."""
 
 SYSTEM = Actor("shoebox", "system")
 """The actor of what the table does by itself: a window closing, a lapsed round dealt."""
@@ -135,16 +130,14 @@ class GameService:
         # appends race, and run_command retries the losers within the patience's budget.
         self._turns = TableTurns()
         # Across processes, a table that more than one writes at once is written in turns
-        # under its stream lock (events/stream_locks.py), if there is one; `_contention` holds
-        # when this process last saw another write a table at the same time as itself.
+        # under its stream lock (events/stream_locks.py), if there is one; `_heat` says which.
         self._stream_locks = stream_locks
+        self._heat = TableHeat(patience.monotonic)
         self._one_try = replace(patience, attempts=1)
         # Under the table's lock the only racers are writers that take no turn (a process's
         # first command at a table it has not seen contended): a pause would only let them
         # win again, so the holder retries at once.
         self._in_turn = replace(patience, first_pause=0.0, longest_pause=0.0)
-        self._contention_guard = threading.Lock()
-        self._contention: dict[str, float] = {}
         # Injectable so that tests can deal a known shoe; production uses the OS's CSPRNG.
         self._seeds = seeds
         self._client_seeds = client_seeds
@@ -361,7 +354,7 @@ class GameService:
             cached = None if trust_table else self._tables.cached(stream)
             version, table = self._load(table_id, trust_cache=trust_table)
             if cached is not None and version > cached[0]:
-                self._note_contended(table_id)  # another process wrote the table meanwhile
+                self._heat.note_contended(table_id)  # another process wrote it meanwhile
             if self._overdue(table, now):
                 # The deadline is enforced here too, so a dead worker cannot stall a table; it
                 # is the table's own append, not the caller's, and carries no idempotency key.
@@ -407,41 +400,28 @@ class GameService:
         locks = self._stream_locks
         if locks is None:
             return run(self._patience)
-        # The one-call path is for a table this process has played and seen nobody else write
-        # lately. A table not in the cache has to be read anyway, and is read under its lock:
-        # a process's first command at a busy table would otherwise race the lock's holders.
-        if not self._contended(table_id) and self._tables.cached(stream) is not None:
+        # The one-call path is for a table that is not hot here (turns.py, TableHeat). A table
+        # not in the cache has to be read anyway, and is read under its lock: a process's
+        # first command at a busy table would otherwise race the lock's holders.
+        heat = self._heat
+        heat.note_command(table_id)
+        cached = self._tables.cached(stream) is not None
+        if cached and not heat.hot(table_id):
             try:
                 return run(self._one_try)
             except Conflict:
-                self._note_contended(table_id)
-        # Another process writes this table now: take turns with it under the table's lock,
-        # deciding on the table read under it (the wallets and limits, which others rarely
-        # write, still from the cache). Retries remain for writers that take no turn.
-        trusted["table"], trusted["rest"] = False, True
+                heat.note_contended(table_id)
+        # Take turns with the table's other writers under its lock. The first try decides on
+        # the cached table unless another process is known to be writing it; the wallets and
+        # limits, which others rarely write, come from the cache. Retries remain for writers
+        # that take no turn.
+        trusted["table"], trusted["rest"] = cached and not heat.contended(table_id), True
         try:
             with locks.hold(stream, deadline - self._patience.monotonic()):
                 return run(self._in_turn)
         except StreamBusy as error:
             log.warning("%s; answered as a conflict", error)
             raise Conflict([stream], 0) from None
-
-    def _contended(self, table_id: str) -> bool:
-        """Whether another process has written the table lately, while this one did."""
-        with self._contention_guard:
-            seen = self._contention.get(table_id)
-        return seen is not None and self._patience.monotonic() - seen < CONTENDED_SECONDS
-
-    def _note_contended(self, table_id: str) -> None:
-        now = self._patience.monotonic()
-        with self._contention_guard:
-            self._contention[table_id] = now
-            if len(self._contention) > 4 * len(self._turns) + 64:
-                # Forget the tables that have gone quiet, so the map holds the busy ones only.
-                for quiet in [
-                    t for t, at in self._contention.items() if now - at >= CONTENDED_SECONDS
-                ]:
-                    del self._contention[quiet]
 
     def _catch_up(
         self, table_id: str, actor: Actor = SYSTEM, deadline: float | None = None

@@ -1,4 +1,4 @@
-"""Per process, one command at a time at each table.
+"""Per process, one command at a time at each table, and which tables are hot.
 
 Every command at a table appends to the table's stream at the version it read, so two
 commands at one table that overlap in one process can never both succeed: the second was
@@ -16,9 +16,10 @@ around dictionary operations, never across a wait, so it may be either kind.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Final
 
 
 class TurnNotReached(Exception):  # noqa: N818 -- named for what happened
@@ -69,3 +70,70 @@ class TableTurns:
         """How many tables have a command running or waiting in this process now."""
         with self._guard:
             return len(self._turns)
+
+
+CONTENDED_SECONDS: Final = 2.0
+"""How long a table stays hot after the last sign that it is busy."""
+
+BUSY_COMMANDS: Final = 10
+"""Commands at one table within a second, in one process, that make the table busy."""
+
+
+class TableHeat:
+    """Per process: the tables to write in turns under their lock rather than in one call.
+
+    A table is hot for CONTENDED_SECONDS after this process last saw another process write it
+    while it did (a lost race, or a read under the lock that found others' events), or after
+    it ran BUSY_COMMANDS commands there within a second. The second rule is for the process
+    whose last append was the table's: its cache is current, so its one-call appends win every
+    race against a lock holder that has to read first, and it would never see a race of its
+    own to make it take turns. One player's bets, a few a round, leave a table cool.
+    """
+
+    def __init__(self, monotonic: Callable[[], float]) -> None:
+        self._monotonic = monotonic
+        self._guard = threading.Lock()
+        self._hot_until: dict[str, float] = {}
+        # Per table: the start of the current second of counting, and the commands in it.
+        self._counts: dict[str, tuple[float, int]] = {}
+        self._contended: dict[str, float] = {}
+
+    def note_command(self, table_id: str) -> None:
+        """Count a command at the table; enough in a second make it hot."""
+        now = self._monotonic()
+        with self._guard:
+            started, count = self._counts.get(table_id, (now, 0))
+            if now - started >= 1.0:
+                started, count = now, 0
+            self._counts[table_id] = (started, count + 1)
+            if count + 1 >= BUSY_COMMANDS:
+                self._hot_until[table_id] = now + CONTENDED_SECONDS
+            self._forget_cool(now)
+
+    def note_contended(self, table_id: str) -> None:
+        """Another process wrote the table while this one did."""
+        now = self._monotonic()
+        with self._guard:
+            self._hot_until[table_id] = now + CONTENDED_SECONDS
+            self._contended[table_id] = now + CONTENDED_SECONDS
+
+    def hot(self, table_id: str) -> bool:
+        """Whether the table's commands here should take turns under its lock."""
+        with self._guard:
+            return self._hot_until.get(table_id, 0.0) > self._monotonic()
+
+    def contended(self, table_id: str) -> bool:
+        """Whether another process has lately written the table while this one did."""
+        with self._guard:
+            return self._contended.get(table_id, 0.0) > self._monotonic()
+
+    def _forget_cool(self, now: float) -> None:
+        # Bounded by the tables played in the last seconds, however many the process served.
+        if len(self._counts) <= 256:
+            return
+        for table_id in [t for t, (started, _) in self._counts.items() if now - started >= 1.0]:
+            del self._counts[table_id]
+        for table_id in [t for t, until in self._hot_until.items() if until <= now]:
+            del self._hot_until[table_id]
+        for table_id in [t for t, until in self._contended.items() if until <= now]:
+            del self._contended[table_id]
