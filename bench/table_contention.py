@@ -14,8 +14,12 @@ own:
   refuse a bet. It reports bets a second per table, the bets' latency, every status, and
   every 409 by the rule it names or, naming none, by its problem type: a `concurrent-update`
   is a bet refused only because the others kept winning the race for the table.
-- lone: one player alone at a table of its own, betting one bet after another: the
-  uncontended bet's latency, which the one-call path keeps at one call to PostgreSQL.
+- lone: one player alone at a table of its own, betting four times a second, as a player
+  at the table might: the uncontended bet's latency, which the one-call path keeps at one call
+  to PostgreSQL.
+- lone, back to back: the same player betting as fast as the server answers. A table that
+  one process writes ten times a second is hot (service/application/game/turns.py) and is
+  written in turns under its lock even with nobody else there: what that costs.
 
 With `--baseline-root DIR` (a checkout of the code to compare with, e.g. made by
 `git worktree add /tmp/before <commit>`) a second server runs that code on a database of its
@@ -132,9 +136,15 @@ async def _must(connection: Connection, method: str, path: str, key: str, body: 
 
 
 async def storm(
-    port: int, key: str, tables: Mapping[str, Sequence[str]], seconds: float, stake: int = STAKE
+    port: int,
+    key: str,
+    tables: Mapping[str, Sequence[str]],
+    seconds: float,
+    stake: int = STAKE,
+    every: float = 0.0,
 ) -> Storm:
-    """Every player bets `stake` on the banker, one bet after another, for `seconds`."""
+    """Every player bets `stake` on the banker, one bet after another (at most one every
+    `every` seconds), for `seconds`."""
     found = Storm()
     started = time.monotonic()
     until = started + seconds
@@ -146,6 +156,7 @@ async def storm(
         try:
             while time.monotonic() < until:
                 sent = time.perf_counter()
+                next_at = time.monotonic() + every
                 try:
                     status, answer = await asyncio.wait_for(
                         connection.request("POST", path, key, body), REQUEST_TIMEOUT_SECONDS
@@ -161,6 +172,7 @@ async def storm(
                     found.by_player[player_id] += 1
                 elif status == 409:
                     found.refusals[problem_kind(answer)] += 1
+                await asyncio.sleep(max(0.0, next_at - time.monotonic()))
         finally:
             connection.close()
 
@@ -247,19 +259,29 @@ class Figures:
 
     storms: list[Storm] = field(default_factory=list)
     lone: list[Storm] = field(default_factory=list)
+    back_to_back: list[Storm] = field(default_factory=list)
 
 
-def run_once(server: Server, tag: str, seconds: float) -> tuple[Storm, Storm]:
-    """The lone player's run, then the storm's, at tables of their own."""
+LONE_EVERY: Final = 0.25
+"""Seconds between the lone player's bets: four a second, below a hot table's ten."""
+
+
+def run_once(server: Server, tag: str, seconds: float) -> tuple[Storm, Storm, Storm]:
+    """The lone player's runs, paced then back to back, then the storm's, at tables of their own."""
     lone_tables = players_of([f"{tag}-lone"], players=1)
+    fast_tables = players_of([f"{tag}-fast"], players=1)
     storm_tables = players_of([f"{tag}-a", f"{tag}-b"])
-    asyncio.run(set_up(server.port, server.ops, server.front, {**lone_tables, **storm_tables}))
+    everything = {**lone_tables, **fast_tables, **storm_tables}
+    asyncio.run(set_up(server.port, server.ops, server.front, everything))
     # The first bet of a table opens its round and its shoe: not what is measured.
-    for tables in (lone_tables, storm_tables):
-        asyncio.run(storm(server.port, server.front, players_of(list(tables), 1), 0.5))
-    lone = asyncio.run(storm(server.port, server.front, lone_tables, seconds))
+    warm = players_of(list(everything), 1)
+    asyncio.run(storm(server.port, server.front, warm, 0.5, every=LONE_EVERY))
+    # The paced player's table cools down from the warm-up before it is measured.
+    time.sleep(2.5)
+    lone = asyncio.run(storm(server.port, server.front, lone_tables, seconds, every=LONE_EVERY))
+    fast = asyncio.run(storm(server.port, server.front, fast_tables, seconds))
     stormed = asyncio.run(storm(server.port, server.front, storm_tables, seconds))
-    return lone, stormed
+    return lone, fast, stormed
 
 
 def _ms(seconds: float) -> str:
@@ -269,7 +291,8 @@ def _ms(seconds: float) -> str:
 def render(figures: Mapping[str, Figures], seconds: float) -> str:
     """A Markdown table: per contender, the lone bet's latency and the storm's figures."""
     lines = [
-        "| code | lone bet p50 ms | lone bet p99 ms | storm bets/s per table"
+        "| code | lone bet p50 / p99 ms | back-to-back bet p50 ms (bets/s)"
+        " | storm bets/s per table"
         " | storm bet p50 / p99 / max ms | fewest / most bets of a player"
         " | 201s | 409s by rule or type | concurrency 409s |",
         "|---|--:|--:|--:|--:|--:|--:|---|--:|",
@@ -277,6 +300,10 @@ def render(figures: Mapping[str, Figures], seconds: float) -> str:
     for name, found in figures.items():
         lone_p50 = statistics.median(percentile(r.latencies, 0.5) for r in found.lone)
         lone_p99 = statistics.median(percentile(r.latencies, 0.99) for r in found.lone)
+        fast_p50 = statistics.median(percentile(r.latencies, 0.5) for r in found.back_to_back)
+        fast_rate = statistics.median(
+            sum(r.placed.values()) / r.seconds for r in found.back_to_back
+        )
         rates = [rate for s in found.storms for rate in s.per_table_rate().values()]
         p50 = statistics.median(percentile(s.latencies, 0.5) for s in found.storms)
         p99 = statistics.median(percentile(s.latencies, 0.99) for s in found.storms)
@@ -289,7 +316,8 @@ def render(figures: Mapping[str, Figures], seconds: float) -> str:
             refusals.update(s.refusals)
         by_kind = ", ".join(f"{kind}: {n}" for kind, n in refusals.most_common()) or "none"
         lines.append(
-            f"| {name} | {_ms(lone_p50)} | {_ms(lone_p99)} | {statistics.median(rates):.0f}"
+            f"| {name} | {_ms(lone_p50)} / {_ms(lone_p99)} | {_ms(fast_p50)} ({fast_rate:.0f})"
+            f" | {statistics.median(rates):.0f}"
             f" (runs: {', '.join(f'{r:.0f}' for r in rates)})"
             f" | {_ms(p50)} / {_ms(p99)} / {_ms(worst)} | {fewest} / {most} | {placed}"
             f" | {by_kind} | {refusals[CONCURRENCY_REFUSAL]} |"
@@ -322,13 +350,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         }
         for repeat, order in enumerate(rotations(args.repeats, list(roots))):
             for name in order:
-                lone, stormed = run_once(servers[name], f"r{repeat}", args.seconds)
+                lone, fast, stormed = run_once(servers[name], f"r{repeat}", args.seconds)
                 figures[name].lone.append(lone)
+                figures[name].back_to_back.append(fast)
                 figures[name].storms.append(stormed)
                 rates = ", ".join(f"{r:.0f}" for r in stormed.per_table_rate().values())
                 print(
                     f"repeat {repeat + 1}, {name}: lone p50"
-                    f" {_ms(percentile(lone.latencies, 0.5))} ms; storm {rates} bets/s a table,"
+                    f" {_ms(percentile(lone.latencies, 0.5))} ms, back to back p50"
+                    f" {_ms(percentile(fast.latencies, 0.5))} ms; storm {rates} bets/s a table,"
                     f" statuses {dict(stormed.statuses)}, 409s {dict(stormed.refusals)}",
                     file=sys.stderr,
                 )
