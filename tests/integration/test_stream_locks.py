@@ -2,11 +2,32 @@
 
 import threading
 import time
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import pytest
 
-from events.postgres import Pool, open_pool
+from domain.outcome import Spot
+from domain.table import TableSettings
+from events.postgres import Pool, PostgresEventStore, open_pool
+from events.store import (
+    AppendResult,
+    EventMetadata,
+    Idempotency,
+    RecordedEvent,
+    StreamAppend,
+    utc_now,
+)
 from events.stream_locks import PostgresStreamLocks, StreamBusy
+from service.application.actor import Actor
+from service.application.appends import Patience
+from service.application.game.tables import GameService
+from service.application.game.turns import BUSY_COMMANDS
+from service.application.wallets import WalletService
+
+OPS = Actor("ops-1", "ops")
+FRONTEND = Actor("frontend-1", "frontend")
 
 # This database's two-key advisory locks in the stream locks' space (0x5342534C).
 STREAM_LOCKS = """
@@ -94,3 +115,62 @@ def test_stream_locks_leave_connections_free_for_the_holders_appends(app_pool: P
             let_go.set()
     finally:
         pool.close()
+
+
+class CountingLocks(PostgresStreamLocks):
+    """Stream locks that count the turns taken."""
+
+    def __init__(self, pool: Pool) -> None:
+        super().__init__(pool)
+        self.turns = 0
+
+    @contextmanager
+    def hold(self, stream_id: str, timeout: float) -> Iterator[None]:
+        self.turns += 1
+        with super().hold(stream_id, timeout):
+            yield
+
+
+class CountingStore(PostgresEventStore):
+    """The store, counting the calls a command makes."""
+
+    def __init__(self, pool: Pool) -> None:
+        super().__init__(pool)
+        self.calls: Counter[str] = Counter()
+
+    def append(
+        self,
+        streams: Sequence[StreamAppend],
+        metadata: EventMetadata,
+        idempotency: Idempotency | None = None,
+    ) -> AppendResult:
+        self.calls["append"] += 1
+        return super().append(streams, metadata, idempotency)
+
+    def read_stream(
+        self, stream_id: str, from_version: int = 1, *, upcast: bool = True
+    ) -> list[RecordedEvent]:
+        self.calls["read_stream"] += 1
+        return super().read_stream(stream_id, from_version, upcast=upcast)
+
+
+def test_a_lone_players_bet_stays_one_call_and_a_hot_table_is_played_in_turns(
+    app_pool: Pool,
+) -> None:
+    store, locks = CountingStore(app_pool), CountingLocks(app_pool)
+    # A stopped clock for the table's heat: ten bets count as within a second however slow.
+    stopped = Patience(monotonic=lambda: 0.0)
+    game = GameService(store, utc_now, stream_locks=locks, patience=stopped)
+    game.create_table("T1", TableSettings(), OPS)
+    WalletService(store, utc_now).deposit("alice", 1_000_000, "float", OPS)
+    game.sit("T1", "alice", 1, FRONTEND)
+    game.place_bet("T1", "alice", Spot.BANKER, 100, FRONTEND)  # opens the round: warm
+    store.calls.clear()
+
+    game.place_bet("T1", "alice", Spot.BANKER, 100, FRONTEND)
+
+    assert store.calls == Counter({"append": 1})
+    assert locks.turns == 0
+    for _ in range(BUSY_COMMANDS):
+        game.place_bet("T1", "alice", Spot.BANKER, 100, FRONTEND)
+    assert locks.turns > 0  # ten bets within a second: the table is hot, played in turns
