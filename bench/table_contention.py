@@ -14,6 +14,7 @@ own:
   refuse a bet. It reports bets a second per table, the bets' latency, every status, and
   every 409 by the rule it names or, naming none, by its problem type: a `concurrent-update`
   is a bet refused only because the others kept winning the race for the table.
+- wide: 2 players at each of 16 tables, betting as in the storm (the issue's second case).
 - lone: one player alone at a table of its own, betting four times a second, as a player
   at the table might: the uncontended bet's latency, which the one-call path keeps at one call
   to PostgreSQL.
@@ -260,18 +261,21 @@ class Figures:
     storms: list[Storm] = field(default_factory=list)
     lone: list[Storm] = field(default_factory=list)
     back_to_back: list[Storm] = field(default_factory=list)
+    wide: list[Storm] = field(default_factory=list)
 
 
 LONE_EVERY: Final = 0.25
 """Seconds between the lone player's bets: four a second, below a hot table's ten."""
 
 
-def run_once(server: Server, tag: str, seconds: float) -> tuple[Storm, Storm, Storm]:
-    """The lone player's runs, paced then back to back, then the storm's, at tables of their own."""
+def run_once(server: Server, tag: str, seconds: float) -> tuple[Storm, Storm, Storm, Storm]:
+    """The lone player's runs, paced then back to back, then the storm's and the wide one's,
+    each at tables of its own."""
     lone_tables = players_of([f"{tag}-lone"], players=1)
     fast_tables = players_of([f"{tag}-fast"], players=1)
     storm_tables = players_of([f"{tag}-a", f"{tag}-b"])
-    everything = {**lone_tables, **fast_tables, **storm_tables}
+    wide_tables = players_of([f"{tag}-w{n}" for n in range(16)], players=2)
+    everything = {**lone_tables, **fast_tables, **storm_tables, **wide_tables}
     asyncio.run(set_up(server.port, server.ops, server.front, everything))
     # The first bet of a table opens its round and its shoe: not what is measured.
     warm = players_of(list(everything), 1)
@@ -281,7 +285,8 @@ def run_once(server: Server, tag: str, seconds: float) -> tuple[Storm, Storm, St
     lone = asyncio.run(storm(server.port, server.front, lone_tables, seconds, every=LONE_EVERY))
     fast = asyncio.run(storm(server.port, server.front, fast_tables, seconds))
     stormed = asyncio.run(storm(server.port, server.front, storm_tables, seconds))
-    return lone, fast, stormed
+    wide = asyncio.run(storm(server.port, server.front, wide_tables, seconds))
+    return lone, fast, stormed, wide
 
 
 def _ms(seconds: float) -> str:
@@ -294,8 +299,9 @@ def render(figures: Mapping[str, Figures], seconds: float) -> str:
         "| code | lone bet p50 / p99 ms | back-to-back bet p50 ms (bets/s)"
         " | storm bets/s per table"
         " | storm bet p50 / p99 / max ms | fewest / most bets of a player"
-        " | 201s | 409s by rule or type | concurrency 409s |",
-        "|---|--:|--:|--:|--:|--:|--:|---|--:|",
+        " | 201s | 409s by rule or type | concurrency 409s"
+        " | wide: bets/s (all 16 tables), 201s, concurrency 409s |",
+        "|---|--:|--:|--:|--:|--:|--:|---|--:|--:|",
     ]
     for name, found in figures.items():
         lone_p50 = statistics.median(percentile(r.latencies, 0.5) for r in found.lone)
@@ -314,13 +320,17 @@ def render(figures: Mapping[str, Figures], seconds: float) -> str:
         refusals: collections.Counter[str] = collections.Counter()
         for s in found.storms:
             refusals.update(s.refusals)
+        wide_rate = statistics.median(sum(w.placed.values()) / w.seconds for w in found.wide)
+        wide_placed = sum(w.statuses[201] for w in found.wide)
+        wide_refused = sum(w.concurrency_refusals for w in found.wide)
         by_kind = ", ".join(f"{kind}: {n}" for kind, n in refusals.most_common()) or "none"
         lines.append(
             f"| {name} | {_ms(lone_p50)} / {_ms(lone_p99)} | {_ms(fast_p50)} ({fast_rate:.0f})"
             f" | {statistics.median(rates):.0f}"
             f" (runs: {', '.join(f'{r:.0f}' for r in rates)})"
             f" | {_ms(p50)} / {_ms(p99)} / {_ms(worst)} | {fewest} / {most} | {placed}"
-            f" | {by_kind} | {refusals[CONCURRENCY_REFUSAL]} |"
+            f" | {by_kind} | {refusals[CONCURRENCY_REFUSAL]}"
+            f" | {wide_rate:.0f}, {wide_placed}, {wide_refused} |"
         )
     runs = len(next(iter(figures.values())).storms)
     lines.append("")
@@ -350,7 +360,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         }
         for repeat, order in enumerate(rotations(args.repeats, list(roots))):
             for name in order:
-                lone, fast, stormed = run_once(servers[name], f"r{repeat}", args.seconds)
+                lone, fast, stormed, wide = run_once(servers[name], f"r{repeat}", args.seconds)
+                figures[name].wide.append(wide)
                 figures[name].lone.append(lone)
                 figures[name].back_to_back.append(fast)
                 figures[name].storms.append(stormed)
@@ -359,7 +370,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"repeat {repeat + 1}, {name}: lone p50"
                     f" {_ms(percentile(lone.latencies, 0.5))} ms, back to back p50"
                     f" {_ms(percentile(fast.latencies, 0.5))} ms; storm {rates} bets/s a table,"
-                    f" statuses {dict(stormed.statuses)}, 409s {dict(stormed.refusals)}",
+                    f" statuses {dict(stormed.statuses)}, 409s {dict(stormed.refusals)};"
+                    f" wide {sum(wide.placed.values()) / wide.seconds:.0f} bets/s,"
+                    f" statuses {dict(wide.statuses)}, 409s {dict(wide.refusals)}",
                     file=sys.stderr,
                 )
     print(f"end: {uptime()}", file=sys.stderr)
