@@ -72,7 +72,7 @@ class TableTurns:
             return len(self._turns)
 
 
-CONTENDED_SECONDS: Final = 2.0
+CONTENDED_SECONDS: Final = 10.0
 """How long a table stays hot after the last sign that it is busy."""
 
 BUSY_COMMANDS: Final = 10
