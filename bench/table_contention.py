@@ -18,9 +18,11 @@ own:
 - lone: one player alone at a table of its own, betting four times a second, as a player
   at the table might: the uncontended bet's latency, which the one-call path keeps at one call
   to PostgreSQL.
-- lone, back to back: the same player betting as fast as the server answers. A table that
-  one process writes ten times a second is hot (service/application/game/turns.py) and is
-  written in turns under its lock even with nobody else there: what that costs.
+- lone, back to back: the same player betting as fast as the server answers.
+
+A worker plays a table it has just started to play in turns under the table's lock for
+CONTENDED_SECONDS (service/application/game/turns.py); the lone player's runs are measured
+after a warm-up of their own that outlasts that, so they show the one-call path.
 
 With `--baseline-root DIR` (a checkout of the code to compare with, e.g. made by
 `git worktree add /tmp/before <commit>`) a second server runs that code on a database of its
@@ -65,6 +67,7 @@ from bench.load import Connection, free_port, percentile  # noqa: E402
 from events.migrations import apply_migrations  # noqa: E402
 from events.postgres import PostgresEventStore, open_pool  # noqa: E402
 from events.store import EventMetadata  # noqa: E402
+from service.application.game.turns import CONTENDED_SECONDS  # noqa: E402
 from service.application.keys import Role, create_key  # noqa: E402
 
 SHOEBOX: Final = Path(sys.executable).with_name("shoebox")
@@ -143,12 +146,13 @@ async def storm(
     seconds: float,
     stake: int = STAKE,
     every: float = 0.0,
+    warm_up: float = 0.0,
 ) -> Storm:
     """Every player bets `stake` on the banker, one bet after another (at most one every
-    `every` seconds), for `seconds`."""
+    `every` seconds), for `warm_up` seconds that are not counted, then for `seconds`."""
     found = Storm()
-    started = time.monotonic()
-    until = started + seconds
+    counted_from = time.monotonic() + warm_up
+    until = counted_from + seconds
 
     async def player(table_id: str, player_id: str) -> None:
         connection = Connection(port)
@@ -166,6 +170,9 @@ async def storm(
                     connection.close()
                     found.failures[type(error).__name__] += 1
                     continue
+                if time.monotonic() < counted_from:
+                    await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+                    continue
                 found.statuses[status] += 1
                 if status == 201:
                     found.latencies.append(time.perf_counter() - sent)
@@ -180,7 +187,7 @@ async def storm(
     await asyncio.gather(
         *(player(table_id, p) for table_id, players in tables.items() for p in players)
     )
-    found.seconds = time.monotonic() - started
+    found.seconds = time.monotonic() - counted_from
     return found
 
 
@@ -280,10 +287,21 @@ def run_once(server: Server, tag: str, seconds: float) -> tuple[Storm, Storm, St
     # The first bet of a table opens its round and its shoe: not what is measured.
     warm = players_of(list(everything), 1)
     asyncio.run(storm(server.port, server.front, warm, 0.5, every=LONE_EVERY))
-    # The paced player's table cools down from the warm-up before it is measured.
-    time.sleep(2.5)
-    lone = asyncio.run(storm(server.port, server.front, lone_tables, seconds, every=LONE_EVERY))
-    fast = asyncio.run(storm(server.port, server.front, fast_tables, seconds))
+    # The lone player's worker plays the table in turns for its first CONTENDED_SECONDS
+    # (turns.py): a warm-up of its own connection, not counted, is past them.
+    lone = asyncio.run(
+        storm(
+            server.port,
+            server.front,
+            lone_tables,
+            seconds,
+            every=LONE_EVERY,
+            warm_up=CONTENDED_SECONDS + 1,
+        )
+    )
+    fast = asyncio.run(
+        storm(server.port, server.front, fast_tables, seconds, warm_up=CONTENDED_SECONDS + 1)
+    )
     stormed = asyncio.run(storm(server.port, server.front, storm_tables, seconds))
     wide = asyncio.run(storm(server.port, server.front, wide_tables, seconds))
     return lone, fast, stormed, wide

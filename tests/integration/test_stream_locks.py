@@ -21,9 +21,7 @@ from events.store import (
 )
 from events.stream_locks import PostgresStreamLocks, StreamBusy
 from service.application.actor import Actor
-from service.application.appends import Patience
 from service.application.game.tables import GameService
-from service.application.game.turns import BUSY_COMMANDS
 from service.application.wallets import WalletService
 
 OPS = Actor("ops-1", "ops")
@@ -154,23 +152,28 @@ class CountingStore(PostgresEventStore):
         return super().read_stream(stream_id, from_version, upcast=upcast)
 
 
-def test_a_lone_players_bet_stays_one_call_and_a_hot_table_is_played_in_turns(
+def test_a_lone_players_bet_stays_one_call_and_a_table_two_processes_write_is_played_in_turns(
     app_pool: Pool,
 ) -> None:
     store, locks = CountingStore(app_pool), CountingLocks(app_pool)
-    # A stopped clock for the table's heat: ten bets count as within a second however slow.
-    stopped = Patience(monotonic=lambda: 0.0)
-    game = GameService(store, utc_now, stream_locks=locks, patience=stopped)
+    game = GameService(store, utc_now, stream_locks=locks)
     game.create_table("T1", TableSettings(), OPS)
-    WalletService(store, utc_now).deposit("alice", 1_000_000, "float", OPS)
-    game.sit("T1", "alice", 1, FRONTEND)
-    game.place_bet("T1", "alice", Spot.BANKER, 100, FRONTEND)  # opens the round: warm
+    wallets = WalletService(store, utc_now)
+    for seat, player in enumerate(["alice", "bob"], start=1):
+        wallets.deposit(player, 1_000_000, "float", OPS)
+        game.sit("T1", player, seat, FRONTEND)
+    game.place_bet("T1", "alice", Spot.BANKER, 100, FRONTEND)  # opens the round
     store.calls.clear()
 
     game.place_bet("T1", "alice", Spot.BANKER, 100, FRONTEND)
 
     assert store.calls == Counter({"append": 1})
     assert locks.turns == 0
-    for _ in range(BUSY_COMMANDS):
-        game.place_bet("T1", "alice", Spot.BANKER, 100, FRONTEND)
-    assert locks.turns > 0  # ten bets within a second: the table is hot, played in turns
+    # Another process (caches of its own) bets at the table too: this one's next bet, decided
+    # on its cache, loses the race, and from then on it plays the table in turns.
+    other = GameService(PostgresEventStore(app_pool), utc_now, stream_locks=locks)
+    other.place_bet("T1", "bob", Spot.PLAYER, 100, FRONTEND)
+    turns = locks.turns
+    game.place_bet("T1", "alice", Spot.BANKER, 100, FRONTEND)
+    game.place_bet("T1", "alice", Spot.BANKER, 100, FRONTEND)
+    assert locks.turns == turns + 2

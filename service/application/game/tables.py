@@ -401,21 +401,21 @@ class GameService:
         if locks is None:
             return run(self._patience)
         # The one-call path is for a table that is not hot here (turns.py, TableHeat). A table
-        # not in the cache has to be read anyway, and is read under its lock: a process's
-        # first command at a busy table would otherwise race the lock's holders.
+        # not in the cache has to be read anyway, and is read under its lock, and is hot for a
+        # while: whether others write it cannot be told from a first read, and a process
+        # whose one-call appends keep winning never learns that it races a lock's holders.
         heat = self._heat
-        heat.note_command(table_id)
-        cached = self._tables.cached(stream) is not None
-        if cached and not heat.hot(table_id):
+        if self._tables.cached(stream) is None:
+            heat.note_contended(table_id)
+        elif not heat.hot(table_id):
             try:
                 return run(self._one_try)
             except Conflict:
                 heat.note_contended(table_id)
-        # Take turns with the table's other writers under its lock. The first try decides on
-        # the cached table unless another process is known to be writing it; the wallets and
-        # limits, which others rarely write, come from the cache. Retries remain for writers
-        # that take no turn.
-        trusted["table"], trusted["rest"] = cached and not heat.contended(table_id), True
+        # Take turns with the table's other writers under its lock, deciding on the table read
+        # under it; the wallets and limits, which others rarely write, come from the cache.
+        # Retries remain for writers that take no turn.
+        trusted["table"], trusted["rest"] = False, True
         try:
             with locks.hold(stream, deadline - self._patience.monotonic()):
                 return run(self._in_turn)

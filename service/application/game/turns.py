@@ -73,67 +73,36 @@ class TableTurns:
 
 
 CONTENDED_SECONDS: Final = 10.0
-"""How long a table stays hot after the last sign that it is busy."""
-
-BUSY_COMMANDS: Final = 10
-"""Commands at one table within a second, in one process, that make the table busy."""
+"""How long a table stays hot after the last sign that another process writes it too."""
 
 
 class TableHeat:
     """Per process: the tables to write in turns under their lock rather than in one call.
 
     A table is hot for CONTENDED_SECONDS after this process last saw another process write it
-    while it did (a lost race, or a read under the lock that found others' events), or after
-    it ran BUSY_COMMANDS commands there within a second. The second rule is for the process
-    whose last append was the table's: its cache is current, so its one-call appends win every
-    race against a lock holder that has to read first, and it would never see a race of its
-    own to make it take turns. One player's bets, a few a round, leave a table cool.
+    while it did (a lost race, or a read under the lock that found others' events), or first
+    played it (from a first read, nobody can tell whether others write it too). Seconds, not
+    the instant: at one or two commands a second a process's table would cool between its
+    own commands, and its next one-call append would race the lock's holders, and keep
+    winning them, since it decides without a read.
     """
 
     def __init__(self, monotonic: Callable[[], float]) -> None:
         self._monotonic = monotonic
         self._guard = threading.Lock()
         self._hot_until: dict[str, float] = {}
-        # Per table: the start of the current second of counting, and the commands in it.
-        self._counts: dict[str, tuple[float, int]] = {}
-        self._contended: dict[str, float] = {}
-
-    def note_command(self, table_id: str) -> None:
-        """Count a command at the table; enough in a second make it hot."""
-        now = self._monotonic()
-        with self._guard:
-            started, count = self._counts.get(table_id, (now, 0))
-            if now - started >= 1.0:
-                started, count = now, 0
-            self._counts[table_id] = (started, count + 1)
-            if count + 1 >= BUSY_COMMANDS:
-                self._hot_until[table_id] = now + CONTENDED_SECONDS
-            self._forget_cool(now)
 
     def note_contended(self, table_id: str) -> None:
-        """Another process wrote the table while this one did."""
+        """Another process wrote the table while this one did, or may have."""
         now = self._monotonic()
         with self._guard:
             self._hot_until[table_id] = now + CONTENDED_SECONDS
-            self._contended[table_id] = now + CONTENDED_SECONDS
+            if len(self._hot_until) > 1024:
+                # Bounded by the tables contended lately, however many the process served.
+                for cool in [t for t, until in self._hot_until.items() if until <= now]:
+                    del self._hot_until[cool]
 
     def hot(self, table_id: str) -> bool:
         """Whether the table's commands here should take turns under its lock."""
         with self._guard:
             return self._hot_until.get(table_id, 0.0) > self._monotonic()
-
-    def contended(self, table_id: str) -> bool:
-        """Whether another process has lately written the table while this one did."""
-        with self._guard:
-            return self._contended.get(table_id, 0.0) > self._monotonic()
-
-    def _forget_cool(self, now: float) -> None:
-        # Bounded by the tables played in the last seconds, however many the process served.
-        if len(self._counts) <= 256:
-            return
-        for table_id in [t for t, (started, _) in self._counts.items() if now - started >= 1.0]:
-            del self._counts[table_id]
-        for table_id in [t for t, until in self._hot_until.items() if until <= now]:
-            del self._hot_until[table_id]
-        for table_id in [t for t, until in self._contended.items() if until <= now]:
-            del self._contended[table_id]
