@@ -18,6 +18,22 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 DEFAULT_SERVER_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 
+CONCURRENCY_REFUSAL = "concurrent-update"
+"""The problem type of a 409 that names no rule: others kept changing what the request wrote
+(service/web/problems.py). A game rule's 409 names its rule instead."""
+
+
+def problem_kind(answer: object) -> str:
+    """What an error answer refused on: the game rule it names, else its problem type's slug."""
+    if isinstance(answer, dict):
+        rule = answer.get("rule")
+        if isinstance(rule, str) and rule:
+            return rule
+        kind = answer.get("type")
+        if isinstance(kind, str) and kind:
+            return kind.rstrip("/").rsplit("/", 1)[-1]
+    return "no problem document"
+
 
 def uptime() -> str:
     """The machine's load, as `uptime` reports it."""

@@ -15,12 +15,14 @@ last BURST_SECONDS, the rest earlier, at random. A front end learns of the next 
 reading the table's state after the deadline, as a page polling it would.
 
 Per level it reports rounds and bets a second, the bets' p50/p99/max latency, the errors by
-status, how late windows closed (from the log: the recorded_at of the exclusion that closed a
-window against the window_closes_at its RoundOpened set, p50 and p99), who closed them (the
-worker's timer, the projector's sweeper or a request, from the processes' logs), and the read
-models' lag at the level's end. It stops by itself when bets a second grow by less than
-GROWTH_TO_GO_ON from one level to the next, and names the bottleneck from the CPU that each
-process used (from /proc), the PostgreSQL backends' wait events (sampled from
+status, every 409 by the game rule it names or, naming none, by its problem type (a
+`concurrent-update` is a request refused only for losing races to the log, counted apart and
+expected to be none: issue 21), how late windows closed (from the log: the recorded_at of the
+exclusion that closed a window against the window_closes_at its RoundOpened set, p50 and p99),
+who closed them (the worker's timer, the projector's sweeper or a request, from the processes'
+logs), and the read models' lag at the level's end. It stops by itself when bets a second
+grow by less than GROWTH_TO_GO_ON from one level to the next, and names the bottleneck from the
+CPU that each process used (from /proc), the PostgreSQL backends' wait events (sampled from
 pg_stat_activity, since pg_stat_statements is not preloaded on the shared server) and a py-spy
 profile of the busiest API worker. A live line shows each level's progress on stderr.
 """
@@ -58,7 +60,12 @@ import psycopg  # noqa: E402
 import psycopg.conninfo  # noqa: E402
 import psycopg.sql  # noqa: E402
 
-from bench.common import server_url, throwaway_database  # noqa: E402
+from bench.common import (  # noqa: E402
+    CONCURRENCY_REFUSAL,
+    problem_kind,
+    server_url,
+    throwaway_database,
+)
 from domain.round import (  # noqa: E402
     ExclusionReason,
     PlayerExcluded,
@@ -188,6 +195,8 @@ class Tally:
     requests: int = 0
     bet_latencies: list[float] = field(default_factory=list)
     errors: collections.Counter[str] = field(default_factory=collections.Counter)
+    # Every 409, by the rule it names, or by its problem type when it names none.
+    refusals: collections.Counter[str] = field(default_factory=collections.Counter)
     stop: bool = False
 
 
@@ -210,6 +219,8 @@ class Level:
     bet_p99_ms: float
     bet_max_ms: float
     errors: dict[str, int]
+    refusals: dict[str, int]
+    concurrency_refusals: int
     windows: int
     late_p50_ms: float
     late_p99_ms: float
@@ -275,6 +286,8 @@ async def call(
     if status >= 400:
         rule = answer.get("rule") if isinstance(answer, dict) else None
         tally.errors[f"{status} {rule}" if rule else str(status)] += 1
+    if status == 409:
+        tally.refusals[problem_kind(answer)] += 1
     return status, answer
 
 
@@ -902,6 +915,8 @@ def measure_level(
         bet_p99_ms=1000 * percentile(latencies, 0.99),
         bet_max_ms=1000 * max(latencies, default=0.0),
         errors=dict(tally.errors.most_common()),
+        refusals=dict(tally.refusals.most_common()),
+        concurrency_refusals=tally.refusals[CONCURRENCY_REFUSAL],
         windows=len(late),
         late_p50_ms=1000 * percentile(late, 0.5),
         late_p99_ms=1000 * percentile(late, 0.99),
@@ -1048,6 +1063,11 @@ def render(levels: Sequence[Level]) -> str:
         lines.append("")
         verdict = bottleneck(level, os.cpu_count() or 1)
         lines.append(f"{level.tables} tables: {verdict}")
+        refused = ", ".join(f"{k}: {v}" for k, v in level.refusals.items()) or "none"
+        lines.append(
+            f"  409s by rule or type: {refused}; concurrency refusals"
+            f" ({CONCURRENCY_REFUSAL}): {level.concurrency_refusals}"
+        )
         cpu = ", ".join(f"{name} {share:.0f}%" for name, share in level.cpu.items())
         lines.append(f"  CPU (100% = one core): {cpu}")
         waits = ", ".join(f"{name} {share:.0f}%" for name, share in level.waits.items())
@@ -1156,7 +1176,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         f" {level.commits_per_second:.0f}/s;"
                         f" {level.rounds_per_second:.1f} rounds/s,"
                         f" {level.bets_per_second:.0f} bets/s, bet p99 {level.bet_p99_ms:.0f} ms,"
-                        f" windows late p99 {level.late_p99_ms:.1f} ms",
+                        f" windows late p99 {level.late_p99_ms:.1f} ms;"
+                        f" 409s {level.refusals or 'none'}, of them concurrency refusals"
+                        f" {level.concurrency_refusals}",
                         file=sys.stderr,
                     )
                     if len(done) >= 2 and (

@@ -1,15 +1,27 @@
-"""Who is asking: the caller of an application service command, as the log records it."""
+"""Who is asking: the caller of an application service command, as the log records it, and
+what its command's append will record, from which the caller builds its answer."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from events.store import EventMetadata, Idempotency, JsonValue
+from service.application.streams import DomainEvent
 
-if TYPE_CHECKING:
-    from service.application.appends import Outcome
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What a command's append records: its events in append order, each stream's new version.
+
+    Known before the append (the versions are the ones read plus the events added), so an
+    answer built from it can be stored in the append; the positions are not, and are no part
+    of it. It lives here, beside `Actor.respond` that takes it, so that the caller's side
+    needs nothing of how a command is run (service/application/appends.py).
+    """
+
+    events: tuple[DomainEvent, ...]
+    versions: Mapping[str, int]
 
 
 @dataclass(frozen=True, slots=True)

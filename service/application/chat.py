@@ -14,7 +14,7 @@ from datetime import datetime
 from domain.chat import CHAT_EVENT_TYPES, PostMessage, decide_post
 from events.store import EventStore, StreamAppend
 from service.application.actor import Actor
-from service.application.appends import DEFAULT_ATTEMPTS, Prepared, Receipt, run_command
+from service.application.appends import DEFAULT_PATIENCE, Patience, Prepared, Receipt, run_command
 from service.application.errors import TableNotFound
 from service.application.game.tables import GameService
 from service.application.streams import (
@@ -47,13 +47,13 @@ class ChatService:
         game: GameService,
         *,
         tables: TableCache | None = None,
-        attempts: int = DEFAULT_ATTEMPTS,
+        patience: Patience = DEFAULT_PATIENCE,
     ) -> None:
         self._store = store
         self._clock = clock
         self._game = game
         self._tables = tables if tables is not None else TableCache()
-        self._attempts = attempts
+        self._patience = patience
 
     def post(self, table_id: str, player_id: str, text: str, actor: Actor) -> Receipt:
         """Post a message, refused for players not seated, muted or removed."""
@@ -76,7 +76,7 @@ class ChatService:
                 tuple(events),
             )
 
-        return run_command(self._store, actor, prepare, self._attempts)
+        return run_command(self._store, actor, prepare, self._patience)
 
     def recent(
         self, table_id: str, limit: int = 50, before: int | None = None

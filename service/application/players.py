@@ -32,7 +32,7 @@ from domain.table import TABLE_EVENT_TYPES, is_round_event
 from domain.wallet import WALLET_EVENT_TYPES, StakeReserved
 from events.store import AppendResult, EventStore, StreamAppend
 from service.application.actor import Actor
-from service.application.appends import DEFAULT_ATTEMPTS, Prepared, Receipt, run_command
+from service.application.appends import DEFAULT_PATIENCE, Patience, Prepared, Receipt, run_command
 from service.application.streams import (
     DomainEvent,
     StreamCache,
@@ -109,12 +109,12 @@ class PlayerService:
         clock: Callable[[], datetime],
         *,
         limits: LimitCache | None = None,
-        attempts: int = DEFAULT_ATTEMPTS,
+        patience: Patience = DEFAULT_PATIENCE,
     ) -> None:
         self._store = store
         self._clock = clock
         self._limits = limits if limits is not None else LimitCache()
-        self._attempts = attempts
+        self._patience = patience
 
     def set_limit(self, player_id: str, limit: int | None, actor: Actor) -> Receipt:
         """Set (None: remove) the player's own maximum stake per round, in pence."""
@@ -136,7 +136,7 @@ class PlayerService:
                 recorded,
             )
 
-        return run_command(self._store, actor, prepare, self._attempts)
+        return run_command(self._store, actor, prepare, self._patience)
 
     def get_limit(self, player_id: str) -> PlayerLimit:
         """The player's own limit and when it last changed."""

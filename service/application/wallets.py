@@ -32,8 +32,8 @@ from domain.wallet import (
 )
 from events.snapshots import SnapshotStore
 from events.store import AppendResult, EventStore, StreamAppend
-from service.application.actor import Actor
-from service.application.appends import DEFAULT_ATTEMPTS, Outcome, Prepared, Receipt, run_command
+from service.application.actor import Actor, Outcome
+from service.application.appends import DEFAULT_PATIENCE, Patience, Prepared, Receipt, run_command
 from service.application.snapshots import SnapshotCodec
 from service.application.streams import (
     SNAPSHOT_EVERY,
@@ -152,12 +152,12 @@ class WalletService:
         clock: Callable[[], datetime],
         *,
         wallets: WalletCache | None = None,
-        attempts: int = DEFAULT_ATTEMPTS,
+        patience: Patience = DEFAULT_PATIENCE,
     ) -> None:
         self._store = store
         self._clock = clock
         self._wallets = wallets if wallets is not None else WalletCache()
-        self._attempts = attempts
+        self._patience = patience
 
     def deposit(
         self,
@@ -247,7 +247,7 @@ class WalletService:
                 recorded,
             )
 
-        return run_command(self._store, actor, prepare, self._attempts)
+        return run_command(self._store, actor, prepare, self._patience)
 
 
 def _entry(

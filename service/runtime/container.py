@@ -15,6 +15,7 @@ from events.merkle_store import MemoryTree, PostgresTree, TreeStore
 from events.postgres import Pool
 from events.snapshots import InMemorySnapshotStore, PostgresSnapshotStore, SnapshotStore
 from events.store import Clock, EventStore, JsonValue
+from events.stream_locks import PostgresStreamLocks
 from events.tail import LogTail
 from service.application.chat import ChatService
 from service.application.feed import FeedService, is_public, lag_document
@@ -88,6 +89,8 @@ def wire(
         wallets=wallets,
         limits=limits,
         before_deal_append=deal_append_hook(),
+        # The workers bet at one table at once: they take turns at its lock once they race.
+        stream_locks=None if pool is None else PostgresStreamLocks(pool),
     )
     return Container(
         settings=settings,

@@ -41,8 +41,8 @@ from flask import Response, current_app, g, jsonify, request
 
 from events.store import EventStore, Idempotency, JsonValue
 from events.store import UnknownIdempotencyKey as _UnknownKey
-from service.application.actor import Actor
-from service.application.appends import Outcome, Receipt, note_looked_up
+from service.application.actor import Actor, Outcome
+from service.application.appends import Receipt, note_looked_up
 from service.application.keys import ApiKey
 from service.web.api import actor, container
 from service.web.operators import name_players

@@ -38,7 +38,8 @@ from domain.table import (
     TableEvent,
     is_round_event,
 )
-from service.application.appends import Outcome, Receipt
+from service.application.actor import Outcome
+from service.application.appends import Receipt
 from service.application.streams import table_stream
 from service.application.wallets import Balance, WalletService
 

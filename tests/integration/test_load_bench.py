@@ -44,5 +44,13 @@ def test_the_load_benchmark_runs_in_quick_mode(postgres_server_url: str, tmp_pat
         assert level["closed_by"]["worker timer"] > 0
         assert level["late_p50_ms"] >= 0  # never before the deadline
         assert level["lag_events"] >= 0
+        # Every 409 is classified by the rule it names or its problem type, and none is a
+        # bet refused only for losing races to the log (issue 21).
+        assert sum(level["refusals"].values()) == sum(
+            n for error, n in level["errors"].items() if error.startswith("409")
+        )
+        assert level["concurrency_refusals"] == 0, level["refusals"]
     assert "| tables | ping/s | locked commits/s | rounds/s | bets/s |" in result.stdout
     assert "1 tables: " in result.stdout
+    assert "409s by rule or type: " in result.stdout
+    assert "concurrency refusals (concurrent-update): 0" in result.stdout

@@ -46,7 +46,7 @@ from events.store import (
     StreamAppend,
 )
 from service.application.actor import Actor
-from service.application.appends import Receipt
+from service.application.appends import Patience, Receipt
 from service.application.chat import ChatService
 from service.application.errors import Conflict, TableNotFound
 from service.application.game.tables import GameService
@@ -496,7 +496,7 @@ class AlwaysStale(InMemoryEventStore):
 def test_a_command_that_keeps_losing_races_gives_up_with_a_conflict() -> None:
     clock = Clock()
     store = AlwaysStale(clock=clock)
-    game = GameService(store, clock, attempts=3)
+    game = GameService(store, clock, patience=Patience(attempts=3))
     game.create_table("T1", TableSettings(), OPS)
     with pytest.raises(Conflict) as conflict:
         game.sit("T1", "alice", 1, FRONTEND)

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime
 from typing import Protocol
@@ -57,10 +58,12 @@ from domain.wallet import (
 )
 from events.snapshots import SnapshotStore
 from events.store import AppendResult, EventStore, JsonValue, StreamAppend
-from service.application.actor import Actor
-from service.application.appends import DEFAULT_ATTEMPTS, Outcome, Prepared, Receipt, run_command
-from service.application.errors import RoundNotFound, ServiceError, TableNotFound
+from events.stream_locks import StreamBusy, StreamLocks
+from service.application.actor import Actor, Outcome
+from service.application.appends import DEFAULT_PATIENCE, Patience, Prepared, Receipt, run_command
+from service.application.errors import Conflict, RoundNotFound, ServiceError, TableNotFound
 from service.application.game.plan import NewShoe, NothingDue, Plan, ShoeCards
+from service.application.game.turns import TableHeat, TableTurns, TurnNotReached
 from service.application.game.views import LiveState, live_state
 from service.application.players import LimitCache
 from service.application.streams import (
@@ -106,11 +109,12 @@ class GameService:
         wallets: WalletCache | None = None,
         limits: LimitCache | None = None,
         shoes: ShoeCards | None = None,
-        attempts: int = DEFAULT_ATTEMPTS,
+        patience: Patience = DEFAULT_PATIENCE,
         seeds: Callable[[], ServerSeed] = ServerSeed.generate,
         client_seeds: Callable[[], str] = random_client_seed,
         before_deal_append: Callable[[], None] | None = None,
         snapshots: SnapshotStore | None = None,
+        stream_locks: StreamLocks | None = None,
     ) -> None:
         self._store = store
         # A test-only hook (service/runtime/failpoints.py): lets an e2e test kill a server mid-deal.
@@ -122,7 +126,19 @@ class GameService:
         self._wallets = wallets if wallets is not None else WalletCache(snapshots=snapshots)
         self._limits = limits if limits is not None else LimitCache()
         self._shoes = shoes if shoes is not None else ShoeCards()
-        self._attempts = attempts
+        self._patience = patience
+        # One command at a time per table in this process (turns.py); across processes the
+        # appends race, and run_command retries the losers within the patience's budget.
+        self._turns = TableTurns()
+        # Across processes, a table that more than one writes at once is written in turns
+        # under its stream lock (events/stream_locks.py), if there is one; `_heat` says which.
+        self._stream_locks = stream_locks
+        self._heat = TableHeat(patience.monotonic)
+        self._one_try = replace(patience, attempts=1)
+        # Under the table's lock the only racers are writers that take no turn (a process's
+        # first command at a table it has not seen contended): a pause would only let them
+        # win again, so the holder retries at once.
+        self._in_turn = replace(patience, first_pause=0.0, longest_pause=0.0)
         # Injectable so that tests can deal a known shoe; production uses the OS's CSPRNG.
         self._seeds = seeds
         self._client_seeds = client_seeds
@@ -147,7 +163,7 @@ class GameService:
                 recorded,
             )
 
-        return run_command(self._store, actor, prepare, self._attempts)
+        return run_command(self._store, actor, prepare, self._patience)
 
     def list_tables(self) -> list[Table]:
         """Every table, in the order they were created."""
@@ -185,7 +201,8 @@ class GameService:
         """
         version, table = self._load(table_id)
         if self._overdue(table, self._clock()):
-            self._catch_up(table_id, actor)
+            with self._turn(table_id) as deadline:
+                self._catch_up(table_id, actor, deadline)
             version, table = self._load(table_id)
         return version, table
 
@@ -260,7 +277,8 @@ class GameService:
             # Fired early (clock skew between worker and web): try again at the deadline.
             self._schedule(table_id, round_id, current.deadline)
             return None
-        return self._catch_up(table_id)
+        with self._turn(table_id) as deadline:
+            return self._catch_up(table_id, deadline=deadline)
 
     # Moderation, by ops.
 
@@ -294,49 +312,88 @@ class GameService:
             raise TableNotFound(table_id)
         return version, table
 
+    @contextmanager
+    def _turn(self, table_id: str) -> Iterator[float]:
+        """This process's turn at the table; yields the deadline of the command that takes it.
+
+        The deadline (on the patience's monotonic clock) starts before the wait, so that the
+        wait for the turn and the retries share one budget.
+        """
+        deadline = self._patience.deadline()
+        try:
+            with self._turns.turn(table_id, deadline - self._patience.monotonic()):
+                yield deadline
+        except TurnNotReached as error:
+            log.warning("%s; answered as a conflict", error)
+            raise Conflict([table_stream(table_id)], 0) from None
+
+    def _window_left(self, table_id: str) -> float | None:
+        """Seconds until the betting window of the table's round closes, as last read here."""
+        cached = self._tables.cached(table_stream(table_id))
+        table = cached[1] if cached is not None else None
+        current = table.round if table is not None else None
+        if current is None or current.phase is not Phase.BETTING:
+            return None
+        return (current.deadline - self._clock()).total_seconds()
+
     def _command(
         self, table_id: str, actor: Actor, act: Callable[[Plan, datetime], object]
     ) -> Receipt:
-        new_shoe: list[NewShoe | None] = [None]
-        attempted = [False]
-        planned: list[Plan] = []
+        with self._turn(table_id) as deadline:
+            return self._command_in_turn(table_id, actor, act, deadline)
 
-        def plan_command(trust_cache: bool) -> Plan:
+    def _command_in_turn(
+        self,
+        table_id: str,
+        actor: Actor,
+        act: Callable[[Plan, datetime], object],
+        deadline: float,
+    ) -> Receipt:
+        new_shoe: list[NewShoe | None] = [None]
+        # What the next attempt may decide on without reading it: the table, and the rest
+        # (wallets and limits). Each is in the append at the version used, so a stale one
+        # makes the append conflict, and the retry reads it.
+        trusted = {"table": True, "rest": True}
+        planned: list[Plan] = []
+        stream = table_stream(table_id)
+
+        def plan_command(trust_table: bool, trust_rest: bool) -> Plan:
             now = self._clock()
-            version, table = self._load(table_id, trust_cache=trust_cache)
+            cached = None if trust_table else self._tables.cached(stream)
+            version, table = self._load(table_id, trust_cache=trust_table)
+            if cached is not None and version > cached[0]:
+                self._heat.note_contended(table_id)  # another process wrote it meanwhile
             if self._overdue(table, now):
                 # The deadline is enforced here too, so a dead worker cannot stall a table; it
                 # is the table's own append, not the caller's, and carries no idempotency key.
-                self._catch_up(table_id)
+                self._catch_up(table_id, deadline=deadline)
                 version, table = self._load(table_id)
-            wallet = self._cached_wallet if trust_cache else self._wallet
+            wallet = self._cached_wallet if trust_rest else self._wallet
             plan = Plan(table_id, version, table, wallet)
-            plan.trust_cached_limits = trust_cache
+            plan.trust_cached_limits = trust_rest
             plan.new_shoe = new_shoe[0]
             try:
                 act(plan, now)
             except (DomainError, ServiceError):
-                if not trust_cache:
+                if not (trust_table or trust_rest):
                     raise
                 # The cached table, wallet or limit may be one another process has since moved
                 # on (a round opened, a deposit, a limit raised): a refusal is only ever
                 # decided on state read from the log.
-                return plan_command(trust_cache=False)
+                return plan_command(trust_table=False, trust_rest=False)
             self._advance(plan, now)
             new_shoe[0] = plan.new_shoe
             return plan
 
         def prepare() -> Prepared:
             # The first attempt decides on this process's cached table, wallets and limits
-            # without reading them: every one of them is in the append at the version cached,
-            # so a stale one makes the append conflict, and the retry reads them all. A
-            # fresh cache (the table's last command ran in this process) makes the command
-            # one call to the store, the append.
-            trust_cache = not attempted[0]
+            # without reading them; a fresh cache (the table's last command ran in this
+            # process) makes the command one call to the store, the append.
+            trust_table, trust_rest = trusted["table"], trusted["rest"]
             # Set first: a conflict raised while planning (a stale read) must not leave the
             # retry trusting the same stale cache.
-            attempted[0] = True
-            plan = plan_command(trust_cache)
+            trusted["table"] = trusted["rest"] = False
+            plan = plan_command(trust_table, trust_rest)
             planned[:] = [plan]
             return self._prepared(plan)
 
@@ -350,10 +407,50 @@ class GameService:
                 return respond(MoneyOutcome(outcome.events, outcome.versions, balances))
 
             actor = replace(actor, respond=respond_with_balances)
-        return run_command(self._store, actor, prepare, self._attempts)
 
-    def _catch_up(self, table_id: str, actor: Actor = SYSTEM) -> Receipt | None:
-        """Close a lapsed window and deal, as the table's own append; None if nothing was due."""
+        def run(patience: Patience) -> Receipt:
+            return run_command(
+                self._store,
+                actor,
+                prepare,
+                patience,
+                deadline=deadline,
+                window_left=lambda: self._window_left(table_id),
+            )
+
+        locks = self._stream_locks
+        if locks is None:
+            return run(self._patience)
+        # The one-call path is for a table that is not hot here (turns.py, TableHeat). A table
+        # not in the cache has to be read anyway, and is read under its lock, and is hot for a
+        # while: whether others write it cannot be told from a first read, and a process
+        # whose one-call appends keep winning never learns that it races a lock's holders.
+        heat = self._heat
+        if self._tables.cached(stream) is None:
+            heat.note_contended(table_id)
+        elif not heat.hot(table_id):
+            try:
+                return run(self._one_try)
+            except Conflict:
+                heat.note_contended(table_id)
+        # Take turns with the table's other writers under its lock, deciding on the table read
+        # under it; the wallets and limits, which others rarely write, come from the cache.
+        # Retries remain for writers that take no turn.
+        trusted["table"], trusted["rest"] = False, True
+        try:
+            with locks.hold(stream, deadline - self._patience.monotonic()):
+                return run(self._in_turn)
+        except StreamBusy as error:
+            log.warning("%s; answered as a conflict", error)
+            raise Conflict([stream], 0) from None
+
+    def _catch_up(
+        self, table_id: str, actor: Actor = SYSTEM, deadline: float | None = None
+    ) -> Receipt | None:
+        """Close a lapsed window and deal, as the table's own append; None if nothing was due.
+
+        Only within the table's turn (`_turn`), whose `deadline` bounds its retries.
+        """
         new_shoe: list[NewShoe | None] = [None]
 
         def prepare() -> Prepared:
@@ -376,7 +473,7 @@ class GameService:
             return self._prepared(plan)
 
         try:
-            return run_command(self._store, actor, prepare, self._attempts)
+            return run_command(self._store, actor, prepare, self._patience, deadline=deadline)
         except NothingDue:
             return None  # another request caught the table up first
 
