@@ -30,8 +30,13 @@ typecheck: $(STAMP)
 chromium:
 	@command -v chromium >/dev/null 2>&1 || (apt-get update && apt-get install -y chromium)
 
+# The tiers run on every core: each test file goes whole to one xdist worker (its module
+# fixtures, servers and databases stay its own), and every test already claims its own
+# database, ports and Redis database, so files never share state.
+PYTEST_WORKERS ?= auto
+
 pytest: $(STAMP) chromium
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile
 
 test: lint typecheck pytest
 
