@@ -31,6 +31,8 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 from redis.retry import Retry as RedisRetry
 
+from events import deadlines
+
 log = logging.getLogger(__name__)
 
 WINDOW_QUEUE: Final = "shoebox-windows"
@@ -127,6 +129,15 @@ class RedisWindowScheduler:
         """Have the worker close the round's window at `at`; on a Redis failure, log and return."""
         if self._quiet():
             log.debug("Redis failed recently; round %s's window closes lazily", round_id)
+            return
+        left = deadlines.remaining()
+        if left is not None and left < CONNECT_TIMEOUT_SECONDS + SOCKET_TIMEOUT_SECONDS:
+            # A Redis that hangs would hold the request past its deadline (events/deadlines.py);
+            # a request this late is already slow, and the sweeper closes the window instead.
+            log.warning(
+                "no time left in the request to schedule round %s's window; it closes lazily",
+                round_id,
+            )
             return
         score = _score(at)
         try:

@@ -10,6 +10,7 @@ from urllib.parse import quote
 from flask import Flask, Response, current_app, g, request
 from webargs.core import is_json
 
+from events import deadlines
 from events.postgres import Pool, PostgresEventStore, app_conninfo, open_pool
 from events.store import Clock, EventStore, utc_now
 from service.application.actor import Actor
@@ -37,9 +38,15 @@ MAX_REQUEST_LINE_BYTES: Final = 4094
 MAX_HEADER_FIELD_BYTES: Final = 8190
 MAX_HEADER_FIELDS: Final = 100
 DEFAULT_POOL_SIZE: Final = 8
-# How long a request waits for a database connection before it is a 503: short enough that
-# no request hangs while PostgreSQL is away, long enough to ride out a burst.
+# How long a checkout waits for a database connection before it is a 503, outside a request
+# (a request's own deadline, below, is shorter).
 POOL_WAIT_SECONDS: Final = 5.0
+ANSWER_BOUND_SECONDS: Final = 3.0
+"""Every request is answered within this, whatever PostgreSQL or Redis do (docs/api.md)."""
+REQUEST_DEADLINE_SECONDS: Final = 2.5
+"""The deadline of a request's waits on PostgreSQL and Redis, all of them together
+(events/deadlines.py): what is left of ANSWER_BOUND_SECONDS is for the answer itself, its
+problem document, its log line, and a busy worker's other greenlets."""
 REQUEST_ID_HEADER: Final = "X-Request-Id"
 BEARER_SCHEME: Final = "bearerAuth"
 # A caller's request id is echoed in a header and recorded in the log, so it is held to
@@ -129,6 +136,8 @@ def create_app(
     rate_limits.install(app, settings.rate_limit_per_second, settings.rate_limit_burst)
 
     # Before the view, in this order; a hook that raises a Problem ends the request.
+    app.before_request(_start_deadline)
+    app.teardown_request(_end_deadline)
     app.before_request(_assign_request_id)
     app.before_request(_check_request_head)
     app.before_request(authenticate_request)
@@ -159,6 +168,18 @@ def _open_pool(settings: Settings, pool_size: int) -> Pool:
         )
     conninfo = settings.app_database_url or app_conninfo(settings.database_url, environ={})
     return open_pool(conninfo, max_size=pool_size, timeout=POOL_WAIT_SECONDS)
+
+
+def _start_deadline() -> None:
+    # A context variable, so each request's thread or greenlet has its own; ended at teardown,
+    # which runs before a streamed body (the live feed) is sent, so a feed is not cut short.
+    g.deadline_token = deadlines.start(REQUEST_DEADLINE_SECONDS)
+
+
+def _end_deadline(error: BaseException | None) -> None:
+    token = g.pop("deadline_token", None)
+    if token is not None:
+        deadlines.stop(token)
 
 
 def _assign_request_id() -> None:
