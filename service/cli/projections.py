@@ -23,6 +23,7 @@ from service.embedded import database_url
 from service.runtime.failpoints import projection_batch_hook
 from service.runtime.logs import configure_logging
 from service.runtime.settings import Settings
+from service.runtime.stopping import StopWatch
 
 
 @contextmanager
@@ -75,8 +76,11 @@ def projector(poll_interval: float, sweep_interval: float, names: tuple[str, ...
     configure_logging("projector")
     chosen = _names(names)
     stop = threading.Event()
+    # Times the stop, logs why the projector left, and ends it should a wait outlast the bound.
+    watch = StopWatch("projector")
 
     def _stop(signum: int, frame: FrameType | None) -> None:
+        watch.request(signal.Signals(signum).name)
         stop.set()
 
     signal.signal(signal.SIGTERM, _stop)
@@ -107,6 +111,7 @@ def projector(poll_interval: float, sweep_interval: float, names: tuple[str, ...
         stop.wait()
         sweeper.stop()
         running.stop()
+    watch.stopped()
 
 
 def window_sweeper(

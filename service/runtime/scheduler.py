@@ -62,6 +62,8 @@ CLOSERS: Final = 4
 CONNECT_TIMEOUT_SECONDS: Final = 0.5
 SOCKET_TIMEOUT_SECONDS: Final = 1.0
 QUIET_AFTER_FAILURE_SECONDS: Final = 5.0
+# Longer than the timer's longest wait for a wake-up (MAX_SLEEP_SECONDS), which is a read too.
+TIMER_SOCKET_TIMEOUT_SECONDS: Final = 5.0
 
 
 def deadlines_key(queue_name: str = WINDOW_QUEUE) -> str:
@@ -72,6 +74,16 @@ def deadlines_key(queue_name: str = WINDOW_QUEUE) -> str:
 def wake_channel(queue_name: str = WINDOW_QUEUE) -> str:
     """The channel a scheduler publishes on so that a sleeping timer looks again."""
     return f"{queue_name}:wake"
+
+
+def redis_for_timer(url: str) -> Redis[bytes]:
+    """A Redis client for the window timer: a Redis that hangs fails its calls in seconds, so the
+    timer tries again, and a worker that is stopping is not held by a call that never returns."""
+    return Redis.from_url(
+        url,
+        socket_connect_timeout=TIMER_SOCKET_TIMEOUT_SECONDS,
+        socket_timeout=TIMER_SOCKET_TIMEOUT_SECONDS,
+    )
 
 
 def redis_for_requests(url: str) -> Redis[bytes]:
@@ -215,12 +227,14 @@ class WindowTimer:
         self._thread = threading.Thread(target=self._run, name="window-timer", daemon=True)
         self._thread.start()
 
-    def stop(self, timeout: float = 10.0) -> None:
-        """Stop taking deadlines, and wait for the closes under way."""
+    def stop(self, timeout: float = 3.0) -> None:
+        """Stop taking deadlines, and wait for the closes under way (each bounded by its own
+        deadline: service/runtime/jobs.py); those not yet begun are left to the sweeper."""
         self._stop.set()
         if self._thread is not None:
+            # It looks at the stop flag at least once a MAX_SLEEP_SECONDS.
             self._thread.join(timeout)
-        self._closers.shutdown(wait=True)
+        self._closers.shutdown(wait=True, cancel_futures=True)
 
     def alive(self) -> bool:
         """Whether the timer's thread is running."""
