@@ -76,7 +76,9 @@ def stop_and_time(child: subprocess.Popen[bytes], log: Path) -> float:
     try:
         child.wait(timeout=2 * EXIT_BOUND_SECONDS)
     except subprocess.TimeoutExpired:
-        raise AssertionError(f"still running: {log.read_text()[-3000:]}") from None
+        took = time.monotonic() - sent
+        tail = log.read_text()[-3000:]
+        raise AssertionError(f"still running {took:.1f} s after SIGTERM: {tail}") from None
     return time.monotonic() - sent
 
 
@@ -138,7 +140,7 @@ def test_sigterm_during_a_window_close_finishes_the_close_and_the_worker_leaves(
             silent = {**bet, "player_id": companion(player), "spot": "player"}
             assert client.request("POST", f"/v1/tables/{table}/bets", silent).status == 201
             deal = client.request("POST", f"/v1/tables/{table}/deal", {"player_id": player})
-            assert deal.status < 300, deal
+            assert deal.acknowledged, deal
             # The companion never presses Deal: the worker's timer closes the window at its
             # deadline and deals, pausing in the failpoint just before the deal's append.
             deadline = time.monotonic() + MARKER_SECONDS
@@ -156,8 +158,8 @@ def test_sigterm_during_a_window_close_finishes_the_close_and_the_worker_leaves(
     ]
     print(f"worker SIGTERM mid-close: left {took:.2f} s after it (delay {DELAY_SECONDS:g} s)")
     assert settled, "the close in flight did not finish: its round is not settled in the log"
-    assert exit_code == 0, worker_log.read_text()[-3000:]
     assert took < LEAVE_BOUND_SECONDS, worker_log.read_text()[-3000:]
+    assert exit_code == 0, worker_log.read_text()[-3000:]
     logged = worker_log.read_text()
     assert "worker stopping (SIGTERM)" in logged, logged[-2000:]
     assert "worker stopped (SIGTERM)" in logged, logged[-2000:]
@@ -171,6 +173,7 @@ def test_sigterm_to_an_idle_worker_and_projector_on_a_busy_machine_and_they_leav
     with private_redis(tmp_path / "redis") as redis:
         environment = environment_for(url, redis.url)
         times: dict[str, list[float]] = {"worker": [], "projector": []}
+        left: list[tuple[str, int | None, Path]] = []
         with busy_cores():
             for attempt in range(ROUNDS_ON_A_BUSY_MACHINE):
                 for command, started in (
@@ -183,8 +186,11 @@ def test_sigterm_to_an_idle_worker_and_projector_on_a_busy_machine_and_they_leav
                         # Long enough for rq's scheduler, its listener and the timer to be up.
                         time.sleep(1.0 + attempt)
                         times[command].append(stop_and_time(child, log))
-                        assert child.returncode == 0, log.read_text()[-3000:]
-                    assert f"{command} stopped (SIGTERM)" in log.read_text(), log.read_text()
+                        left.append((command, child.returncode, log))
     print(f"SIGTERM on a busy machine, seconds to leave: {times}")
     slowest = max(max(taken) for taken in times.values())
     assert slowest < EXIT_BOUND_SECONDS, times
+    for command, code, log in left:
+        # 0: it left by itself, not by the watchdog (service/runtime/stopping.py).
+        assert code == 0, log.read_text()[-3000:]
+        assert f"{command} stopped (SIGTERM)" in log.read_text(), log.read_text()
