@@ -34,7 +34,7 @@ from tests.faults.figures import Figures
 from tests.faults.load import Load, Sent, check_books, cli_key, setup_tables
 from tests.faults.private_servers import PrivatePostgres, private_postgres
 
-TABLES = 3
+TABLES = 4
 # Longer than the pool's checkout wait (5 s) and than a request's deadline, so that requests
 # meet every bounded wait, and several of them in a row.
 FAULT_SECONDS = 8.0
@@ -196,14 +196,14 @@ def test_every_request_is_answered_within_3_s_while_postgres_is_stopped_or_hung(
         check_answered(sent, "whole run")
         for fault, requests in (("stopped", in_stop), ("hung", in_hang)):
             refused = [s for s in requests if s.status == 503]
-            assert len(refused) >= 10, f"{fault}: too few refusals to prove anything"
+            assert len(refused) >= 5, f"{fault}: too few refusals to prove anything"
 
         # The writes: a read appends nothing to find in the log.
         acknowledged = [s.request_id for s in sent if s.acknowledged and s.method != "GET"]
         _, found = check_books(url, acknowledged)
         Figures(
             "PostgreSQL stopped, then hung, under load",
-            sent=len(sent),
+            sent=sum(1 for s in sent if s.method != "GET"),
             acknowledged=len(acknowledged),
             found_in_log=found,
         ).record()
