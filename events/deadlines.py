@@ -75,6 +75,19 @@ def until(deadline: float | None) -> Iterator[None]:
         _DEADLINE.reset(token)
 
 
+@contextmanager
+def instead(seconds: float) -> Iterator[None]:
+    """Within the block, a deadline `seconds` from now in place of the caller's, later or not.
+
+    For the rare request that asks to wait for long work: it stays bounded, by its own bound.
+    """
+    token = _DEADLINE.set(time.monotonic() + seconds)
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
+
+
 def _tighten(deadline: float) -> Token[float | None]:
     earlier = _DEADLINE.get()
     return _DEADLINE.set(deadline if earlier is None else min(earlier, deadline))
