@@ -136,8 +136,8 @@ def create_app(
     rate_limits.install(app, settings.rate_limit_per_second, settings.rate_limit_burst)
 
     # Before the view, in this order; a hook that raises a Problem ends the request.
-    app.before_request(_start_deadline)
-    app.teardown_request(_end_deadline)
+    app.before_request(start_deadline)
+    app.teardown_request(end_deadline)
     app.before_request(_assign_request_id)
     app.before_request(_check_request_head)
     app.before_request(authenticate_request)
@@ -170,13 +170,15 @@ def _open_pool(settings: Settings, pool_size: int) -> Pool:
     return open_pool(conninfo, max_size=pool_size, timeout=POOL_WAIT_SECONDS)
 
 
-def _start_deadline() -> None:
+def start_deadline() -> None:
+    """A before-request hook: the request's waits on PostgreSQL and Redis share one deadline."""
     # A context variable, so each request's thread or greenlet has its own; ended at teardown,
     # which runs before a streamed body (the live feed) is sent, so a feed is not cut short.
     g.deadline_token = deadlines.start(REQUEST_DEADLINE_SECONDS)
 
 
-def _end_deadline(error: BaseException | None) -> None:
+def end_deadline(error: BaseException | None) -> None:
+    """A teardown hook: the deadline `start_deadline` set is over."""
     token = g.pop("deadline_token", None)
     if token is not None:
         deadlines.stop(token)
