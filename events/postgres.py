@@ -190,8 +190,9 @@ class DeadlineConnection(Connection[TupleRow]):
         try:
             return super().wait(gen, interval, max(left, 0.001))
         except psycopg.OperationalError as error:
-            if deadlines.remaining() is None or (deadlines.remaining() or 0.0) > 0.0:
-                raise  # the server's own error, in time
+            still_left = deadlines.remaining()
+            if still_left is not None and still_left > 0:
+                raise  # the server's own error (a lost connection, say), in time
             self.close()
             raise DeadlineExceeded(
                 "the database did not answer within the request's time; the connection is closed"
