@@ -229,8 +229,11 @@ def _configure(conn: Connection[TupleRow]) -> None:
 # psycopg_pool retries a lost connection after 1, 2, 4, 8... seconds with no cap, so after an
 # outage of minutes its next attempt could come minutes after the server is back. Giving up
 # a slot's attempts after this long bounds the gap: a waiting checkout then grows the pool
-# afresh, starting again at one second, so no gap between attempts exceeds about 8 s.
-RECONNECT_GIVE_UP_SECONDS: Final = 20.0
+# afresh, its first attempt at once and the next a second later, so no gap between attempts
+# exceeds about 2 s. It was 20 s (gaps of up to 8 s) while a checkout could wait 5 s; a
+# request now waits at most 2.5 s in all (events/deadlines.py), so a longer gap would answer
+# 503 for seconds after PostgreSQL is back.
+RECONNECT_GIVE_UP_SECONDS: Final = 4.0
 
 
 def open_pool(
