@@ -87,11 +87,22 @@ def redis_for_timer(url: str) -> Redis[bytes]:
 
 
 def redis_for_requests(url: str) -> Redis[bytes]:
-    """A Redis client that fails fast, for use inside an HTTP request."""
+    """A Redis client that fails fast, for use inside an HTTP request, and within its deadline.
+
+    Made inside a request (readiness, metrics, a queued rebuild), its connection and its first
+    command share what is left of the request's deadline (events/deadlines.py): a Redis that
+    hangs fails it, rather than the request's answer. The first command that times out ends
+    the request's use of it, so one command's bound is all it waits.
+    """
+    connect, read = CONNECT_TIMEOUT_SECONDS, SOCKET_TIMEOUT_SECONDS
+    left = deadlines.remaining()
+    if left is not None:
+        left = max(left, 0.001)
+        connect, read = min(connect, left / 3), min(read, left * 2 / 3)
     return Redis.from_url(
         url,
-        socket_connect_timeout=CONNECT_TIMEOUT_SECONDS,
-        socket_timeout=SOCKET_TIMEOUT_SECONDS,
+        socket_connect_timeout=connect,
+        socket_timeout=read,
         retry=RedisRetry(NoBackoff(), 0),
     )
 
