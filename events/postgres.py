@@ -20,8 +20,9 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import RowMaker, TupleRow
 from psycopg.types.datetime import TimestamptzLoader
 from psycopg.types.json import set_json_loads
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
+from events import deadlines
 from events.canonical import (
     RecordedRow,
     metadata_from_document,
@@ -165,6 +166,74 @@ def app_conninfo(
     return make_conninfo(**params)  # type: ignore[arg-type]
 
 
+CONNECT_TIMEOUT_SECONDS: Final = 2
+"""How long opening a connection may take (libpq's connect_timeout, whose least is 2 s).
+
+Unset, libpq waits as long as the kernel does: a server that is hung (SIGSTOP, a full backlog)
+or unreachable (packets dropped) leaves a connection attempt waiting minutes, and the pool's
+few reconnecting threads waiting with it."""
+DEADLINE_MARGIN: Final = timedelta(milliseconds=200)
+"""How much sooner than the caller's deadline the server is told to give up an append's wait:
+its clean refusal (nothing appended) then arrives before the client stops listening for it."""
+
+
+class DeadlineExceeded(psycopg.OperationalError):
+    """The caller's deadline (events/deadlines.py) passed while it waited on the database.
+
+    An OperationalError, as a lost connection is: the connection is closed, and a statement it
+    had sent may or may not have run, which an idempotency key settles on the retry.
+    """
+
+
+class DeadlineConnection(Connection[TupleRow]):
+    """A connection whose every wait for the server keeps to the caller's deadline, if any.
+
+    psycopg waits for the server without a bound; PostgreSQL's own timeouts cannot help when
+    the server itself is stopped mid-step or unreachable. Past the deadline the connection is
+    closed (its protocol state is unknown, so it cannot go back to the pool as it is).
+    """
+
+    def wait(self, gen: Any, interval: float = 0.1, timeout: float | None = None) -> Any:
+        """psycopg's wait, bounded by the deadline: DeadlineExceeded when it passes."""
+        left = deadlines.remaining()
+        if left is None or (timeout is not None and timeout <= left):
+            return super().wait(gen, interval, timeout)
+        # Never 0, which some of psycopg's wait functions could read as "no bound". A step
+        # that needs no round trip (a commit with no transaction open, the autocommit flag)
+        # still completes however little time is left.
+        try:
+            return super().wait(gen, interval, max(left, 0.001))
+        except psycopg.OperationalError as error:
+            still_left = deadlines.remaining()
+            if still_left is not None and still_left > 0:
+                raise  # the server's own error (a lost connection, say), in time
+            self.close()
+            raise DeadlineExceeded(
+                "the database did not answer within the request's time; the connection is closed"
+            ) from error
+
+
+class DeadlinePool(ConnectionPool[Connection[TupleRow]]):
+    """A pool whose checkout waits at most its timeout and never past the caller's deadline."""
+
+    def getconn(self, timeout: float | None = None) -> Connection[TupleRow]:
+        """A connection, waiting at most `timeout` (else the pool's), within the deadline."""
+        bound = deadlines.bounded(self.timeout if timeout is None else timeout)
+        if bound is not None and bound <= 0:
+            raise PoolTimeout("no time left in the request's deadline to wait for a connection")
+        return super().getconn(bound)
+
+
+def connect_kwargs(conninfo: str) -> dict[str, Any]:
+    """psycopg.connect's keywords bounding a connection attempt by CONNECT_TIMEOUT_SECONDS.
+
+    A connect_timeout the caller wrote in the conninfo, or PGCONNECT_TIMEOUT, is kept.
+    """
+    if "connect_timeout" in conninfo_to_dict(conninfo) or os.environ.get("PGCONNECT_TIMEOUT"):
+        return {}
+    return {"connect_timeout": CONNECT_TIMEOUT_SECONDS}
+
+
 def _configure(conn: Connection[TupleRow]) -> None:
     # Timestamps come back in UTC, as the in-memory store returns them.
     conn.execute("SET TIME ZONE 'UTC'")
@@ -174,8 +243,11 @@ def _configure(conn: Connection[TupleRow]) -> None:
 # psycopg_pool retries a lost connection after 1, 2, 4, 8... seconds with no cap, so after an
 # outage of minutes its next attempt could come minutes after the server is back. Giving up
 # a slot's attempts after this long bounds the gap: a waiting checkout then grows the pool
-# afresh, starting again at one second, so no gap between attempts exceeds about 8 s.
-RECONNECT_GIVE_UP_SECONDS: Final = 20.0
+# afresh, its first attempt at once and the next a second later, so no gap between attempts
+# exceeds about 2 s. It was 20 s (gaps of up to 8 s) while a checkout could wait 5 s; a
+# request now waits at most 2.5 s in all (events/deadlines.py), so a longer gap would answer
+# 503 for seconds after PostgreSQL is back.
+RECONNECT_GIVE_UP_SECONDS: Final = 4.0
 
 
 def open_pool(
@@ -183,12 +255,16 @@ def open_pool(
 ) -> Pool:
     """An open pool whose sessions read timestamps in UTC; a checkout waits at most `timeout` s.
 
+    Every wait keeps to the caller's deadline too, if it set one (events/deadlines.py): the
+    checkout and each round trip on a connection it gives out (DeadlinePool, DeadlineConnection).
     A connection lost (a restarted server) is discarded when it is returned, and the pool
     reconnects in the background with exponential backoff (psycopg_pool's own), bounded by
-    RECONNECT_GIVE_UP_SECONDS.
+    RECONNECT_GIVE_UP_SECONDS, each attempt by CONNECT_TIMEOUT_SECONDS.
     """
-    return ConnectionPool(
+    return DeadlinePool(
         conninfo,
+        connection_class=DeadlineConnection,
+        kwargs=connect_kwargs(conninfo),
         min_size=min_size,
         max_size=max_size,
         configure=_configure,
@@ -358,7 +434,10 @@ def _one_statement(pool: Pool) -> Iterator[Connection[TupleRow]]:
         try:
             yield conn
         finally:
-            conn.autocommit = False
+            # A connection closed under it (a lost server, a passed deadline) is discarded by
+            # the pool as it is; asking a closed one to change its mode would raise instead.
+            if not conn.closed:
+                conn.autocommit = False
 
 
 def _refusal(code: str, detail: str | None, key: str | None) -> EventStoreError:
@@ -380,6 +459,8 @@ class _PendingAppend:
     fingerprint: str | None
     response: str | None
     guards: str | None = None
+    # The caller's deadline (events/deadlines.py), which its batch keeps to.
+    deadline: float | None = None
     row: tuple[Any, ...] | None = None
     error: BaseException | None = None
     done: bool = False
@@ -406,11 +487,26 @@ class _GroupCommit:
         self._in_flight = False
 
     def submit(self, pending: _PendingAppend) -> None:
-        """Return once `pending` has its row or its error."""
+        """Return once `pending` has its row or its error.
+
+        A caller with a deadline waits for its turn no longer than that: still queued when it
+        passes, it leaves the queue unsent (AppendTimedOut). Once taken into a batch it waits
+        for the batch, whose call keeps to the earliest deadline in it.
+        """
         with self._turn:
             self._queue.append(pending)
             while self._in_flight and not pending.done:
-                self._turn.wait()
+                left = deadlines.remaining()
+                if left is None:
+                    self._turn.wait()
+                    continue
+                if left > 0 and self._turn.wait(left):
+                    continue
+                if pending in self._queue:
+                    self._queue.remove(pending)
+                    raise AppendTimedOut("its turn in the log's queue")
+                # In a batch already: its call is bounded by this very deadline.
+                self._turn.wait(0.05)
             if pending.done:
                 return
             # The leader goes first: the queue may hold more than one batch ahead of it.
@@ -419,13 +515,20 @@ class _GroupCommit:
             del self._queue[: MAX_BATCH - 1]
             self._in_flight = True
         try:
-            self._send(batch)
+            with deadlines.until(_earliest(batch)):
+                self._send(batch)
         finally:
             with self._turn:
                 for sent in batch:
                     sent.done = True
                 self._in_flight = False
                 self._turn.notify_all()
+
+
+def _earliest(batch: Sequence[_PendingAppend]) -> float | None:
+    """The earliest deadline of the appends in a batch, or None if none has one."""
+    found = [pending.deadline for pending in batch if pending.deadline is not None]
+    return min(found) if found else None
 
 
 class PostgresEventStore(EventStore):
@@ -446,7 +549,7 @@ class PostgresEventStore(EventStore):
         # The append's one wait is for the log's lock (and a key's row, under it), so the two
         # bounds are one: the smaller, set by the append on its own transaction (migration
         # 0013), where a session setting would need two more statements a bet to set and reset.
-        self._wait_bound = _milliseconds(min(lock_timeout, statement_timeout))
+        self._wait_limit = min(lock_timeout, statement_timeout)
         self._statement_binds = statement_timeout < lock_timeout
         # Off only to measure what it buys (bench/contention.py): each append its own call.
         self._group = _GroupCommit(self._append_batch) if group_commit else None
@@ -472,7 +575,9 @@ class PostgresEventStore(EventStore):
             key, fingerprint = idempotency.key, idempotency.fingerprint
             if idempotency.response is not None:
                 response = _json(normalise(idempotency.response))
-        pending = _PendingAppend(documents, key, fingerprint, response, _guards(streams))
+        pending = _PendingAppend(
+            documents, key, fingerprint, response, _guards(streams), deadlines.current()
+        )
         if self._group is not None:
             self._group.submit(pending)
         else:
@@ -503,15 +608,20 @@ class PostgresEventStore(EventStore):
                 column.append(value)
         # One autocommit statement is one transaction and one round trip: the function's table
         # lock is released by a commit that the server runs without waiting for us.
+        deadline_binds = False
         try:
             with _one_statement(self._pool) as conn:
+                # Taken after the checkout, which may have used up some of the time left.
+                wait_limit, deadline_binds = self._wait_within_deadline()
                 rows = conn.execute(
-                    _APPEND_BATCH, [*columns, self._wait_bound], prepare=False
+                    _APPEND_BATCH, [*columns, _milliseconds(wait_limit)], prepare=False
                 ).fetchall()
         except psycopg.Error as error:
             typed = _store_error(error, None)
             if isinstance(typed, AppendTimedOut) and self._statement_binds:
                 typed = AppendTimedOut("its statement to finish")
+            if isinstance(typed, AppendTimedOut) and deadline_binds:
+                typed = AppendTimedOut("the log within the request's time")
             if typed is None and len(batch) > 1 and not isinstance(error, psycopg.OperationalError):
                 # An error of one append's own making (the function refuses malformed input)
                 # fails the whole transaction: try each alone, so only its own caller sees it.
@@ -529,6 +639,23 @@ class PostgresEventStore(EventStore):
             return
         for pending, row in zip(batch, rows, strict=True):
             pending.row = row
+
+    def _wait_within_deadline(self) -> tuple[timedelta, bool]:
+        """How long the append may wait for the log, and whether the deadline set that.
+
+        The server gives up DEADLINE_MARGIN before the deadline, so that its refusal (nothing
+        appended) is what the caller hears, not the client's own timeout (an unknown outcome).
+        Raises AppendTimedOut, sending nothing, when no time is left for even that.
+        """
+        left = deadlines.remaining()
+        if left is None:
+            return self._wait_limit, False
+        server_left = timedelta(seconds=left) - DEADLINE_MARGIN
+        if server_left <= timedelta(0):
+            raise AppendTimedOut("the log within the request's time")
+        if server_left < self._wait_limit:
+            return server_left, True
+        return self._wait_limit, False
 
     def _read(self, query: sql.Composable | str, params: Sequence[object]) -> list[RecordedEvent]:
         with _one_statement(self._pool) as conn:

@@ -142,13 +142,13 @@ class LogTail:
         """Whether the tail was told to stop, and its waiters to leave."""
         return self._stopping.is_set()
 
-    def start(self, timeout: float = 10.0) -> None:
-        """Start following the log, once; wait until the head is known."""
+    def start(self, timeout: float = 10.0) -> bool:
+        """Start following the log, once; wait until the head is known; whether it is."""
         with self._lock:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="log-tail", daemon=True)
                 self._thread.start()
-        self._ready.wait(timeout)
+        return self._ready.wait(timeout)
 
     def stop(self) -> None:
         """Stop following the log and wake every waiter, so that each can say goodbye."""

@@ -20,6 +20,7 @@ from enum import StrEnum
 from typing import Final
 
 from domain.api_keys import ApiKeyCreated, ApiKeyRevoked
+from events import deadlines
 from events.store import (
     EventMetadata,
     EventStore,
@@ -269,13 +270,15 @@ class KeyRing:
 
     def refresh(self) -> None:
         """Read the key events appended since the last read."""
-        with self._lock:
+        with deadlines.holding(self._lock, "the key ring's refresh"):
             self._read_new_events()
 
     def _refresh_if_older_than(self, seconds: float) -> None:
         if self._fresh_within(seconds):
             return
-        with self._lock:
+        # Within the request's deadline: while the database is away each refresh fails slowly,
+        # and the requests queued on this lock would otherwise wait for every one before them.
+        with deadlines.holding(self._lock, "the key ring's refresh"):
             # Another thread may have refreshed while this one waited for the lock.
             if not self._fresh_within(seconds):
                 self._read_new_events()

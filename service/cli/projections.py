@@ -23,6 +23,7 @@ from service.embedded import database_url
 from service.runtime.failpoints import projection_batch_hook
 from service.runtime.logs import configure_logging
 from service.runtime.settings import DEFAULT_API_HOST, Settings
+from service.runtime.stopping import StopWatch
 
 
 @contextmanager
@@ -94,8 +95,11 @@ def projector(
     configure_logging("projector")
     chosen = _names(names)
     stop = threading.Event()
+    # Times the stop, logs why the projector left, and ends it should a wait outlast the bound.
+    watch = StopWatch("projector")
 
     def _stop(signum: int, frame: FrameType | None) -> None:
+        watch.request(signal.Signals(signum).name)
         stop.set()
 
     signal.signal(signal.SIGTERM, _stop)
@@ -144,6 +148,7 @@ def projector(
         running.stop()
         if served is not None:
             served.stop()
+    watch.stopped()
 
 
 def window_sweeper(

@@ -52,15 +52,15 @@ def worker(
     worker runs one job at a time and a rebuild of a long log takes minutes.
     """
     # Imported here: the CLI's other commands should not pay for importing rq and the service.
-    from redis import Redis
-
     from events.store import utc_now
     from service.runtime import jobs, rq_worker
     from service.runtime.logs import configure_logging
-    from service.runtime.scheduler import REBUILD_QUEUE, WINDOW_QUEUE, WindowTimer
+    from service.runtime.scheduler import REBUILD_QUEUE, WINDOW_QUEUE, WindowTimer, redis_for_timer
     from service.runtime.signing import signing_keys
 
     configure_logging("worker")
+    # First: a SIGTERM while the worker starts is honoured too, once it has started.
+    watch = rq_worker.stop_on_signals("worker")
     settings = Settings.from_env()
     with database_url(settings) as db_url, redis_url(settings) as queue_url:
         # Harmless when `shoebox serve` got there first: yoyo takes a lock and skips the applied.
@@ -94,7 +94,10 @@ def worker(
             # recovery job to finish, nor for rq's once-a-second scheduler. The timer keeps
             # trying when Redis goes away, and rq's loop is started again (rq_worker.work).
             timer = WindowTimer(
-                Redis.from_url(queue_url), jobs.close_betting_window, queue_name=name, clock=utc_now
+                redis_for_timer(queue_url),
+                jobs.close_betting_window,
+                queue_name=name,
+                clock=utc_now,
             )
             if burst:
                 timer.take_due()  # once, like rq's burst: what is due now, then stop
@@ -104,12 +107,13 @@ def worker(
             # A SimpleWorker runs each job in this process rather than a fork per job: a job is a
             # few milliseconds of PostgreSQL, and the pool and caches built by the first job serve
             # every later one.
-            rq_worker.work(queue_url, name, periodic, burst=burst)
+            rq_worker.work(queue_url, name, periodic, burst=burst, watch=watch)
         finally:
             if timer is not None:
                 timer.stop()
             if served is not None:
                 served.stop()
+            watch.stopped()
 
 
 commands: list[click.Command] = [worker]

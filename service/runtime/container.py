@@ -12,7 +12,7 @@ from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
 
 from events.merkle_store import MemoryTree, PostgresTree, TreeStore
-from events.postgres import Pool
+from events.postgres import Pool, connect_kwargs
 from events.snapshots import InMemorySnapshotStore, PostgresSnapshotStore, SnapshotStore
 from events.store import Clock, EventStore, JsonValue
 from events.stream_locks import PostgresStreamLocks
@@ -117,7 +117,8 @@ def feed_service(
     conninfo = pool.conninfo
 
     def connect() -> psycopg.Connection[TupleRow]:
-        conn = psycopg.connect(conninfo() if callable(conninfo) else conninfo, autocommit=True)
+        text = conninfo() if callable(conninfo) else conninfo
+        conn = psycopg.connect(text, autocommit=True, **connect_kwargs(text))
         conn.execute("SET TIME ZONE 'UTC'")  # as the pool's sessions read timestamps
         return conn
 

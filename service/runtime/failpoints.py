@@ -50,6 +50,10 @@ def delay(name: str) -> None:
         return
     seconds = float(os.environ.get(FAILPOINT_SECONDS) or 2)
     log.critical("test failpoint %s reached: this request waits %g s", name, seconds)
+    marker = os.environ.get(FAILPOINT_MARKER)
+    if marker:
+        # So that a test can act while the delayed work is in flight (a worker's SIGTERM).
+        Path(marker).write_text(f"{os.getpid()}\n")
     time.sleep(seconds)
 
 

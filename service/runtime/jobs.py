@@ -11,11 +11,13 @@ from __future__ import annotations
 import atexit
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Final
 
+from events import deadlines
 from events.merkle_store import PostgresTree
 from events.postgres import Pool, PostgresEventStore, app_conninfo, open_pool
 from events.snapshots import PostgresSnapshotStore
@@ -53,6 +55,8 @@ POOL_SIZE: Final = 5 + CLOSERS
 RECOVERY_JOB_PREFIX: Final = "shoebox-recovery"
 CHECKPOINT_JOB_PREFIX: Final = "shoebox-checkpoint"
 
+CLOSE_DEADLINE_SECONDS: Final = 5.0
+"""How long one window's close may wait on PostgreSQL in all (events/deadlines.py)."""
 CLOSED: Final = "closed"
 NOTHING_DUE: Final = "nothing due"
 GONE: Final = "no such table or round"
@@ -94,16 +98,19 @@ def close_betting_window(table_id: str, round_id: str) -> str:
     """
     services = _built()
     games = services.games
-    # Read before closing, from the cache GameService shares: without closing anything, as
-    # reading through GameService would.
-    _, table = services.tables.table(services.store, table_id)
-    due = table.round if table is not None and table.round is not None else None
-    try:
-        receipt = games.close_window(table_id, round_id)
-    except NotFound as gone:
-        # Retrying cannot make a table or round appear; the job is simply moot.
-        log.warning("window job for round %s at table %s: %s", round_id, table_id, gone)
-        return GONE
+    # A close is milliseconds of PostgreSQL; bounded, so that a database that hangs fails it
+    # (to be tried again, or swept) rather than holding a closer, or a stopping worker, for good.
+    with deadlines.until(time.monotonic() + CLOSE_DEADLINE_SECONDS):
+        # Read before closing, from the cache GameService shares: without closing anything, as
+        # reading through GameService would.
+        _, table = services.tables.table(services.store, table_id)
+        due = table.round if table is not None and table.round is not None else None
+        try:
+            receipt = games.close_window(table_id, round_id)
+        except NotFound as gone:
+            # Retrying cannot make a table or round appear; the job is simply moot.
+            log.warning("window job for round %s at table %s: %s", round_id, table_id, gone)
+            return GONE
     if receipt is None:
         return NOTHING_DUE
     if due is not None and due.round_id == round_id:

@@ -13,13 +13,24 @@ tests/faults/test_redis_stopped.py):
 - A Redis restarted empty has forgotten the periodic jobs (recovery, checkpoint signing), which
   each reschedule themselves when they run and so never would again. Maintenance puts back any
   that is neither scheduled nor queued.
+
+And one thing went wrong with stopping it (a fresh clone's `make test` failed on it): told to
+stop, the worker could hang for up to a minute after its last job. rq listens for commands on
+a pubsub thread of redis-py's that waits up to 60 s a read, and on teardown calls its `stop()`,
+which since redis-py 8 joins that thread with no timeout; rq expected it not to, and bounded
+only its own second join. Whether the thread was in that long wait depended on timing, so on a
+busy machine the worker often was (4 of 8 SIGTERMs under CPU load: each hung past 30 s). Here
+the thread waits at most PUBSUB_WAIT_SECONDS a read, and every wait of the teardown is bounded:
+the thread's, the scheduler process's, and the process's as a whole (service/runtime/stopping.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import signal
-import threading
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from types import FrameType
@@ -31,11 +42,19 @@ from rq import Queue, SimpleWorker
 from rq.registry import ScheduledJobRegistry
 from rq.serializers import JSONSerializer
 
+from service.runtime.stopping import StopWatch
+
 log = logging.getLogger(__name__)
 
 MAINTENANCE_SECONDS: Final = 10
 WORKER_TTL_SECONDS: Final = 30  # rq waits for a job for this less 15 s, then looks around
 RESTART_SECONDS: Final = 2.0
+PUBSUB_WAIT_SECONDS: Final = 1.0
+"""The longest the command listener's thread waits for a message before it looks at whether it
+was told to stop (rq's own is 60 s)."""
+STOP_WAIT_SECONDS: Final = 3.0
+"""How long the teardown waits for each thing it stops: the listener's thread, rq's scheduler
+process (which looks at its stop flag once a second), before leaving it behind or killing it."""
 
 Periodic = tuple[str, Callable[[Queue, timedelta], None]]
 """A periodic job: the prefix of its ids, and what schedules it after a delay."""
@@ -44,7 +63,9 @@ Periodic = tuple[str, Callable[[Queue, timedelta], None]]
 class ShoeboxWorker(SimpleWorker):
     """A SimpleWorker that notes a stop request and keeps its periodic jobs scheduled."""
 
-    def __init__(self, queue: Queue, periodic: tuple[Periodic, ...]) -> None:
+    def __init__(
+        self, queue: Queue, periodic: tuple[Periodic, ...], watch: StopWatch | None = None
+    ) -> None:
         super().__init__(
             [queue],
             connection=queue.connection,
@@ -55,11 +76,62 @@ class ShoeboxWorker(SimpleWorker):
         self.stopping = False
         self._queue = queue
         self._periodic = periodic
+        self._watch = watch if watch is not None else StopWatch("worker")
+
+    def request_stop(self, signum: int, frame: FrameType | None) -> None:
+        """rq's warm shutdown (the job in hand is finished), timed from this signal on."""
+        self._watch.request(signal.Signals(signum).name)
+        super().request_stop(signum, frame)  # type: ignore[no-untyped-call]
 
     def handle_warm_shutdown_request(self) -> None:
         """SIGTERM or SIGINT: this loop ends for good, not to be started again."""
         self.stopping = True
         super().handle_warm_shutdown_request()  # type: ignore[no-untyped-call]
+
+    def _install_signal_handlers(self) -> None:
+        super()._install_signal_handlers()  # type: ignore[no-untyped-call]
+        # A signal that came while rq was starting, before its handlers: stop at the loop's top.
+        if self._watch.requested:
+            self.stopping = True
+            self._stop_requested = True
+
+    def subscribe(self) -> None:
+        """rq's command listener, on a thread that looks at its stop flag every second."""
+        self.pubsub = self.connection.pubsub()
+        self.pubsub.subscribe(**{self.pubsub_channel_name: self.handle_payload})
+        self.pubsub_thread = self.pubsub.run_in_thread(
+            sleep_time=PUBSUB_WAIT_SECONDS,
+            daemon=True,
+            exception_handler=self._pubsub_exception_handler,
+        )
+
+    def unsubscribe(self) -> None:
+        """Stop the command listener, waiting for its thread at most STOP_WAIT_SECONDS."""
+        thread = self.pubsub_thread
+        if thread is None:
+            return
+        with contextlib.suppress(RedisError):
+            self.pubsub.unsubscribe()
+        # Bounded: redis-py's stop() joins the thread, without a timeout unless given one. The
+        # thread is a daemon, so one still waiting holds nothing up.
+        thread.stop(timeout=STOP_WAIT_SECONDS)
+        if thread.is_alive():
+            log.warning("the worker's command listener did not stop in time; left behind")
+        with contextlib.suppress(RedisError):
+            self.pubsub.close()
+
+    def stop_scheduler(self) -> None:
+        """Stop rq's scheduler process: SIGTERM, then SIGKILL if it is still there after a while."""
+        process = self.scheduler._process if self.scheduler is not None else None
+        if process is None or process.pid is None:
+            return
+        with contextlib.suppress(OSError):
+            os.kill(process.pid, signal.SIGTERM)
+        process.join(STOP_WAIT_SECONDS)
+        if process.is_alive():
+            log.warning("rq's scheduler process %d did not stop in time; killed", process.pid)
+            process.kill()
+            process.join(STOP_WAIT_SECONDS)
 
     def run_maintenance_tasks(self) -> None:
         """rq's own (which restarts a dead scheduler), then any periodic job Redis forgot."""
@@ -73,15 +145,26 @@ class ShoeboxWorker(SimpleWorker):
                 schedule(self._queue, timedelta(0))
 
 
-def work(url: str, queue_name: str, periodic: tuple[Periodic, ...], *, burst: bool = False) -> None:
-    """Serve the queue until SIGTERM or SIGINT, starting rq's loop again whenever Redis ends it."""
-    stop = threading.Event()
-    while not stop.is_set():
+def work(
+    url: str,
+    queue_name: str,
+    periodic: tuple[Periodic, ...],
+    *,
+    burst: bool = False,
+    watch: StopWatch | None = None,
+) -> None:
+    """Serve the queue until SIGTERM or SIGINT, starting rq's loop again whenever Redis ends it.
+
+    `watch` times the stop and bounds it; its request, if made before this is called (by
+    `stop_on_signals`), is honoured at once.
+    """
+    watch = watch if watch is not None else stop_on_signals("worker")
+    while not watch.requested:
         worker: ShoeboxWorker | None = None
         try:
             # Even building the worker talks to Redis (it names its connection).
             queue = Queue(queue_name, connection=Redis.from_url(url), serializer=JSONSerializer)
-            worker = ShoeboxWorker(queue, periodic)
+            worker = ShoeboxWorker(queue, periodic, watch)
             for _, schedule in periodic:
                 schedule(queue, timedelta(0))
             # rq logs every job it starts and finishes, and the scheduler each minute's jobs,
@@ -89,14 +172,26 @@ def work(url: str, queue_name: str, periodic: tuple[Periodic, ...], *, burst: bo
             worker.work(burst=burst, with_scheduler=True, logging_level="WARNING")
         except RedisError as error:
             log.warning("the worker lost Redis (%s)", error)
-        if burst or (worker is not None and worker.stopping):
+        # rq's handlers were installed only while its loop ran: ours again, in case it restarts.
+        _install(watch)
+        if burst or watch.requested or (worker is not None and worker.stopping):
             return
         log.warning("the worker's loop ended unasked; starting it again in %g s", RESTART_SECONDS)
+        deadline = time.monotonic() + RESTART_SECONDS
+        while not watch.requested and time.monotonic() < deadline:
+            time.sleep(0.1)
 
-        # rq's handlers are installed only while its loop runs.
-        def _stop(signum: int, frame: FrameType | None) -> None:
-            stop.set()
 
-        signal.signal(signal.SIGTERM, _stop)
-        signal.signal(signal.SIGINT, _stop)
-        stop.wait(RESTART_SECONDS)
+def stop_on_signals(process: str) -> StopWatch:
+    """A StopWatch that SIGTERM and SIGINT start, until rq's loop installs its own handlers."""
+    watch = StopWatch(process)
+    _install(watch)
+    return watch
+
+
+def _install(watch: StopWatch) -> None:
+    def _stop(signum: int, frame: FrameType | None) -> None:
+        watch.request(signal.Signals(signum).name)
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)

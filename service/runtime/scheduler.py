@@ -31,6 +31,8 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 from redis.retry import Retry as RedisRetry
 
+from events import deadlines
+
 log = logging.getLogger(__name__)
 
 WINDOW_QUEUE: Final = "shoebox-windows"
@@ -60,6 +62,8 @@ CLOSERS: Final = 4
 CONNECT_TIMEOUT_SECONDS: Final = 0.5
 SOCKET_TIMEOUT_SECONDS: Final = 1.0
 QUIET_AFTER_FAILURE_SECONDS: Final = 5.0
+# Longer than the timer's longest wait for a wake-up (MAX_SLEEP_SECONDS), which is a read too.
+TIMER_SOCKET_TIMEOUT_SECONDS: Final = 5.0
 
 
 def deadlines_key(queue_name: str = WINDOW_QUEUE) -> str:
@@ -72,12 +76,33 @@ def wake_channel(queue_name: str = WINDOW_QUEUE) -> str:
     return f"{queue_name}:wake"
 
 
-def redis_for_requests(url: str) -> Redis[bytes]:
-    """A Redis client that fails fast, for use inside an HTTP request."""
+def redis_for_timer(url: str) -> Redis[bytes]:
+    """A Redis client for the window timer: a Redis that hangs fails its calls in seconds, so the
+    timer tries again, and a worker that is stopping is not held by a call that never returns."""
     return Redis.from_url(
         url,
-        socket_connect_timeout=CONNECT_TIMEOUT_SECONDS,
-        socket_timeout=SOCKET_TIMEOUT_SECONDS,
+        socket_connect_timeout=TIMER_SOCKET_TIMEOUT_SECONDS,
+        socket_timeout=TIMER_SOCKET_TIMEOUT_SECONDS,
+    )
+
+
+def redis_for_requests(url: str) -> Redis[bytes]:
+    """A Redis client that fails fast, for use inside an HTTP request, and within its deadline.
+
+    Made inside a request (readiness, metrics, a queued rebuild), its connection and its first
+    command share what is left of the request's deadline (events/deadlines.py): a Redis that
+    hangs fails it, rather than the request's answer. The first command that times out ends
+    the request's use of it, so one command's bound is all it waits.
+    """
+    connect, read = CONNECT_TIMEOUT_SECONDS, SOCKET_TIMEOUT_SECONDS
+    left = deadlines.remaining()
+    if left is not None:
+        left = max(left, 0.001)
+        connect, read = min(connect, left / 3), min(read, left * 2 / 3)
+    return Redis.from_url(
+        url,
+        socket_connect_timeout=connect,
+        socket_timeout=read,
         retry=RedisRetry(NoBackoff(), 0),
     )
 
@@ -127,6 +152,15 @@ class RedisWindowScheduler:
         """Have the worker close the round's window at `at`; on a Redis failure, log and return."""
         if self._quiet():
             log.debug("Redis failed recently; round %s's window closes lazily", round_id)
+            return
+        left = deadlines.remaining()
+        if left is not None and left < CONNECT_TIMEOUT_SECONDS + SOCKET_TIMEOUT_SECONDS:
+            # A Redis that hangs would hold the request past its deadline (events/deadlines.py);
+            # a request this late is already slow, and the sweeper closes the window instead.
+            log.warning(
+                "no time left in the request to schedule round %s's window; it closes lazily",
+                round_id,
+            )
             return
         score = _score(at)
         try:
@@ -204,12 +238,14 @@ class WindowTimer:
         self._thread = threading.Thread(target=self._run, name="window-timer", daemon=True)
         self._thread.start()
 
-    def stop(self, timeout: float = 10.0) -> None:
-        """Stop taking deadlines, and wait for the closes under way."""
+    def stop(self, timeout: float = 3.0) -> None:
+        """Stop taking deadlines, and wait for the closes under way (each bounded by its own
+        deadline: service/runtime/jobs.py); those not yet begun are left to the sweeper."""
         self._stop.set()
         if self._thread is not None:
+            # It looks at the stop flag at least once a MAX_SLEEP_SECONDS.
             self._thread.join(timeout)
-        self._closers.shutdown(wait=True)
+        self._closers.shutdown(wait=True, cancel_futures=True)
 
     def alive(self) -> bool:
         """Whether the timer's thread is running."""

@@ -33,6 +33,7 @@ from webargs.flaskparser import FlaskParser, abort
 from werkzeug.datastructures import MultiDict
 
 from domain.ids import ID_PATTERN
+from events import deadlines
 from service.application.actor import Actor
 from service.application.read_models.queries import ProjectionService
 from service.runtime.container import Container
@@ -53,6 +54,28 @@ __all__ = [
 
 API_PREFIX: Final = "/v1"
 REQUEST_ID_HEADER: Final = "X-Request-Id"
+ANSWER_BOUND_SECONDS: Final = 3.0
+"""Every request is answered within this, whatever PostgreSQL or Redis do (docs/api.md)."""
+REQUEST_DEADLINE_SECONDS: Final = 2.5
+"""The deadline of a request's waits on PostgreSQL and Redis, all of them together
+(events/deadlines.py): what is left of ANSWER_BOUND_SECONDS is for the answer itself, its
+problem document, its log line, and a busy worker's other greenlets."""
+
+
+def start_deadline() -> None:
+    """A before-request hook: the request's waits on PostgreSQL and Redis share one deadline."""
+    # A context variable, so each request's thread or greenlet has its own; ended at teardown,
+    # which runs before a streamed body (the live feed) is sent, so a feed is not cut short.
+    g.deadline_token = deadlines.start(REQUEST_DEADLINE_SECONDS)
+
+
+def end_deadline(error: BaseException | None) -> None:
+    """A teardown hook: the deadline `start_deadline` set is over."""
+    token = g.pop("deadline_token", None)
+    if token is not None:
+        deadlines.stop(token)
+
+
 """The header that names a request in its answer and its log line; a caller may choose it."""
 OPERATOR_PARAMETER: Final = "operator"
 OPERATOR_QUERY_PARAMETER: Final[dict[str, Any]] = {

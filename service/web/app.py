@@ -26,7 +26,9 @@ from service.web.api import (
     EXTENSION,
     REQUEST_ID_HEADER,
     ShoeboxApi,
+    end_deadline,
     register_blueprints,
+    start_deadline,
 )
 from service.web.auth import authenticate_request, check_roles_declared
 from service.web.fields import IdConverter, check_path_ids, id_parameter_schema
@@ -44,8 +46,8 @@ MAX_REQUEST_LINE_BYTES: Final = 4094
 MAX_HEADER_FIELD_BYTES: Final = 8190
 MAX_HEADER_FIELDS: Final = 100
 DEFAULT_POOL_SIZE: Final = 8
-# How long a request waits for a database connection before it is a 503: short enough that
-# no request hangs while PostgreSQL is away, long enough to ride out a burst.
+# How long a checkout waits for a database connection before it is a 503, outside a request
+# (a request's own deadline, below, is shorter).
 POOL_WAIT_SECONDS: Final = 5.0
 BEARER_SCHEME: Final = "bearerAuth"
 # A caller's request id is echoed in a header and recorded in the log, so it is held to
@@ -141,6 +143,8 @@ def create_app(
     rate_limits.install(app, settings.rate_limit_per_second, settings.rate_limit_burst)
 
     # Before the view, in this order; a hook that raises a Problem ends the request.
+    app.before_request(start_deadline)
+    app.teardown_request(end_deadline)
     app.before_request(_assign_request_id)
     app.before_request(_check_request_head)
     app.before_request(authenticate_request)

@@ -39,6 +39,7 @@ from typing import Any, Final, TypeVar
 import marshmallow as ma
 from flask import Response, current_app, g, jsonify, request
 
+from events import deadlines
 from events.store import EventStore, Idempotency, JsonValue
 from events.store import UnknownIdempotencyKey as _UnknownKey
 from service.application.actor import Actor, Outcome
@@ -218,7 +219,8 @@ def _wait_for_response(
     store: EventStore, idempotency: Idempotency, stored: JsonValue | None
 ) -> JsonValue | None:
     """The stored response for a known key, waiting briefly for a twin still finishing."""
-    deadline = time.monotonic() + WAIT_SECONDS
+    # Within the request's own deadline, which may be sooner.
+    deadline = time.monotonic() + (deadlines.bounded(WAIT_SECONDS) or 0.0)
     while stored is None and time.monotonic() < deadline:
         time.sleep(_POLL_SECONDS)
         later = store.idempotency_record(idempotency.key)

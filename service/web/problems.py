@@ -15,7 +15,9 @@ Idempotency follows draft-ietf-httpapi-idempotency-key-header: a key reused with
 request is 422, a key whose first request has not finished is 409.
 
 An append that waited too long for the log is a 503 `log-busy` with `Retry-After`: nothing was
-written, and the same request (with the same Idempotency-Key) may simply be sent again.
+written, and the same request (with the same Idempotency-Key) may simply be sent again. A
+request whose time ran out waiting on the database (service/web/api.py, REQUEST_DEADLINE_SECONDS)
+is a 503 `service-unavailable` with `Retry-After`, as is a database that is away.
 
 A 500 is always a bug: its document says nothing of the cause, which is logged with the
 request id that the response also carries.
@@ -35,6 +37,7 @@ from psycopg_pool import PoolTimeout
 from werkzeug.exceptions import HTTPException
 
 from domain.errors import DomainError
+from events.deadlines import DeadlinePassed
 from events.store import AppendTimedOut, ConcurrencyConflict, IdempotencyKeyReused, JsonValue
 from service.application.errors import Conflict, NotFound, ServiceError
 
@@ -355,6 +358,7 @@ def register_problem_handlers(app: Flask) -> None:
     @app.errorhandler(psycopg.OperationalError)
     @app.errorhandler(psycopg.errors.ReadOnlySqlTransaction)
     @app.errorhandler(PoolTimeout)
+    @app.errorhandler(DeadlinePassed)
     def _database_unavailable(error: Exception) -> Response:
         return database_unavailable(error).response()
 

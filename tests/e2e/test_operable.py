@@ -162,10 +162,13 @@ def test_readyz_fails_when_postgresql_is_unreachable() -> None:
 def test_sigterm_lets_a_request_in_flight_finish_and_the_server_exit_cleanly(
     database: str, tmp_path: Path
 ) -> None:
+    marker = tmp_path / "deal.delayed"
+    # Within the request's 2.5 s deadline (service/web/app.py), or the deal would be a 503.
     environment = {
         "SHOEBOX_TEST_FAILPOINT": "delay-before-deal-append",
         "SHOEBOX_TEST_FAILPOINT_CONSENT": "this process may hang forever, it is a test",
-        "SHOEBOX_TEST_FAILPOINT_SECONDS": "3",
+        "SHOEBOX_TEST_FAILPOINT_SECONDS": "1",
+        "SHOEBOX_TEST_FAILPOINT_MARKER": str(marker),
     }
     ops, frontend = create_key(database, "ops"), create_key(database, "frontend")
     with serve(database, tmp_path / "serve.log", environment) as server:
@@ -183,7 +186,11 @@ def test_sigterm_lets_a_request_in_flight_finish_and_the_server_exit_cleanly(
             )
         )
         deal.start()
-        time.sleep(1.0)  # the deal is now waiting at the failpoint, inside the request
+        deadline = time.monotonic() + 30
+        while not (marker.exists() and marker.read_text().strip()):
+            assert time.monotonic() < deadline, "the deal never reached its failpoint"
+            time.sleep(0.01)
+        # The deal is now waiting at the failpoint, inside the request.
         server.process.send_signal(15)
         deal.join(timeout=30)
         assert answers, "the deal in flight got no answer"

@@ -62,6 +62,8 @@ class Load:
         self.frontend = frontend
         self.deal = deal
         self.base = ""
+        # A client's patience: a request not answered within it is recorded as timed out.
+        self.timeout = REQUEST_TIMEOUT_SECONDS
         self.sent: list[Sent] = []
         self.lock = threading.Lock()
         self.stop = threading.Event()
@@ -88,7 +90,7 @@ class Load:
             "Content-Type": "application/json",
             "X-Request-Id": request_id,
         }
-        connection = http.client.HTTPConnection(host, int(port), timeout=REQUEST_TIMEOUT_SECONDS)
+        connection = http.client.HTTPConnection(host, int(port), timeout=self.timeout)
         started = time.monotonic()
         status: int | str
         retry_after, document = None, None

@@ -44,6 +44,12 @@ class _Restartable:
         return self._port
 
     @property
+    def pid(self) -> int:
+        """The running server's process id (PostgreSQL's postmaster)."""
+        assert self._server is not None, "not running"
+        return self._server.pid
+
+    @property
     def running(self) -> bool:
         """Whether it was started and not stopped since."""
         return self._server is not None

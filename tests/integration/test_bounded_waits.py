@@ -1,15 +1,27 @@
 """An append never hangs: behind a held log lock it gives up quickly, appends nothing, and the
 API answers a retryable 503 with Retry-After instead of a 500 or a request that never ends."""
 
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
 
 import psycopg
 import pytest
+from psycopg_pool import PoolTimeout
 
-from events.postgres import Pool, PostgresEventStore, app_conninfo, open_pool
+from events import deadlines
+from events.deadlines import DeadlinePassed
+from events.postgres import (
+    DeadlineExceeded,
+    Pool,
+    PostgresEventStore,
+    _GroupCommit,
+    _PendingAppend,
+    app_conninfo,
+    open_pool,
+)
 from events.store import AppendTimedOut, ConcurrencyConflict, EventMetadata, NewEvent, StreamAppend
 from service.web.problems import PROBLEM_MIMETYPE
 from tests.api_harness import Api
@@ -114,3 +126,97 @@ def test_a_refused_append_leaves_the_session_unbounded_and_the_connection_usable
     with single_pool.connection() as conn:
         assert conn.execute("SHOW statement_timeout").fetchone() == ("0",)
     assert store.head() == 2
+
+
+# A request's deadline (events/deadlines.py): each wait keeps to the time left, whatever its own
+# bound, and the waits of one request share it.
+
+
+def test_a_query_outlasting_the_deadline_is_cut_off_and_its_connection_dropped(
+    single_pool: Pool,
+) -> None:
+    token = deadlines.start(0.3)
+    try:
+        started = time.monotonic()
+        with pytest.raises(DeadlineExceeded), single_pool.connection() as conn:
+            conn.execute("SELECT pg_sleep(5)")
+        waited = time.monotonic() - started
+    finally:
+        deadlines.stop(token)
+    assert 0.2 < waited < 1.5
+    # The cut connection was not given back as it was: the pool serves a working one.
+    with single_pool.connection() as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_a_checkout_waits_for_a_connection_no_longer_than_the_deadline(
+    single_pool: Pool,
+) -> None:
+    with single_pool.connection():  # the pool's only connection, taken
+        token = deadlines.start(0.3)
+        try:
+            started = time.monotonic()
+            with pytest.raises(PoolTimeout), single_pool.connection():
+                pass
+            waited = time.monotonic() - started
+        finally:
+            deadlines.stop(token)
+    assert waited < 1.5  # not the pool's own 30 s
+
+
+def test_an_append_behind_a_held_lock_gives_up_before_the_deadline_having_appended_nothing(
+    fresh_database: str, single_pool: Pool
+) -> None:
+    store = PostgresEventStore(single_pool, lock_timeout=timedelta(seconds=5))
+    with log_locked(fresh_database):
+        token = deadlines.start(0.6)
+        try:
+            started = time.monotonic()
+            # The server's own refusal, sent before the deadline: certainly nothing appended.
+            with pytest.raises(AppendTimedOut, match="request's time"):
+                store.append(_one_event(), ACTOR)
+            waited = time.monotonic() - started
+        finally:
+            deadlines.stop(token)
+    assert waited < 0.6
+    assert store.head() == 0
+
+
+def test_an_append_queued_behind_a_hung_batch_leaves_the_queue_at_its_deadline_unsent() -> None:
+    release, sent = threading.Event(), []
+
+    def send(batch: Sequence[_PendingAppend]) -> None:
+        sent.append(len(batch))
+        release.wait(10)  # the batch in flight hangs until released
+
+    group = _GroupCommit(send)
+    leader = threading.Thread(target=group.submit, args=[_PendingAppend("d", None, None, None)])
+    leader.start()
+    while not sent:
+        time.sleep(0.01)
+    token = deadlines.start(0.3)
+    try:
+        started = time.monotonic()
+        follower = _PendingAppend("d", None, None, None, deadline=deadlines.current())
+        with pytest.raises(AppendTimedOut, match="turn"):
+            group.submit(follower)
+        waited = time.monotonic() - started
+    finally:
+        deadlines.stop(token)
+        release.set()
+        leader.join(10)
+    assert 0.2 < waited < 1.5
+    assert sent == [1]  # the follower was never sent
+
+
+def test_a_lock_held_across_a_slow_refresh_is_waited_for_no_longer_than_the_deadline() -> None:
+    lock = threading.Lock()
+    with lock:
+        token = deadlines.start(0.2)
+        try:
+            with pytest.raises(DeadlinePassed), deadlines.holding(lock, "the refresh"):
+                pass
+        finally:
+            deadlines.stop(token)
+    with deadlines.holding(lock, "the refresh"):  # no deadline: waits as a plain lock does
+        assert lock.locked()

@@ -25,7 +25,7 @@ from service.runtime.web_sessions import (
     PostgresSessionStore,
     SessionStore,
 )
-from service.web.api import EXTENSION
+from service.web.api import EXTENSION, end_deadline, start_deadline
 from service.web.pages import dashboard, play
 from service.web.pages.context import PAGES_EXTENSION, PagesContext
 from service.web.pages.gateway import ApiGateway, WsgiApp
@@ -78,6 +78,10 @@ def mount_pages(app: Flask, settings: Settings, clock: Clock) -> None:
     site.register_blueprint(dashboard.blp)
     if settings.demo:
         site.register_blueprint(play.blp)
+    # The pages' own reads (their sessions) keep to a request's deadline as the API's do; an
+    # API call made for a page sets its own within it, so the earlier of the two holds.
+    site.before_request(start_deadline)
+    site.teardown_request(end_deadline)
     site.before_request(_assign_request_id)
     site.after_request(_protect)
     site.register_error_handler(Problem, _problem)

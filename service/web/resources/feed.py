@@ -16,6 +16,8 @@ import marshmallow as ma
 from flask import Response, request
 from flask.views import MethodView
 
+from events import deadlines
+from events.deadlines import DeadlinePassed
 from service.application.errors import TableNotFound
 from service.application.feed import (
     PROJECTION_LAG_EVENT,
@@ -42,6 +44,7 @@ blp = Blueprint(
 )
 
 EVENT_STREAM: Final = "text/event-stream"
+TAIL_START_SECONDS: Final = 10.0
 LAST_EVENT_ID: Final = "Last-Event-ID"
 RETRY_MS: Final = 1000
 """How soon EventSource should reconnect after the server closes a feed (it is stopping)."""
@@ -164,7 +167,10 @@ def _after(query: dict[str, Any], feed: FeedService) -> int:
     after = query.get("after")
     if isinstance(after, int):
         return after
-    feed.tail.start()
+    # While the database is away the head stays unknown: a 503 within the request's deadline,
+    # never a feed that starts from position 0.
+    if not feed.tail.start(timeout=deadlines.bounded(TAIL_START_SECONDS) or 0.0):
+        raise DeadlinePassed("the live feed's first read of the log's head")
     return feed.head()
 
 
