@@ -1,8 +1,11 @@
-"""The plans of the reads that must cost the same whatever the log's age (issue 12).
+"""The plans of the reads that must cost the same whatever the log's age (issues 12 and 21).
 
 A test database is tiny, so the planner's choices there are not production's. Each test first
 makes the plan it guards against the cheap one (free parallel workers, no sequential scans),
-then checks that the query still takes the bounded path.
+then checks that the query still takes the bounded path. The tests of issue 21 change nothing
+in the planner: they run the query as a live database does before autovacuum's first analyze
+(no statistics at all, which is where a live server's planner guessed wrong), and count the
+rows each scan actually read.
 """
 
 import json
@@ -13,7 +16,11 @@ import psycopg
 import pytest
 
 from events.postgres import _READ_STREAM
-from service.application.read_models.queries import _STREAM_AFTER
+from service.application.read_models.queries import (
+    _ORDERED_INDEX,
+    _PLAYER_ROUNDS,
+    _STREAM_AFTER,
+)
 from service.regulator.log_index import _MONEY_BOUND, _SHOE_EVENTS, _TABLE_BOUNDS
 
 # What would make a parallel plan look free: without events' parallel_workers = 0
@@ -133,3 +140,94 @@ def test_the_money_that_closes_a_slice_is_looked_up_round_by_round(
     assert '"Node Type": "Nested Loop"' in plan, plan
     assert "events_category_position" not in plan, plan
     assert "Hash Join" not in plan, plan
+
+
+def _executed(
+    conn: psycopg.Connection[Any], query: str, params: Sequence[object]
+) -> dict[str, Any]:
+    """The plan the query was run with, and the rows each node read, as EXPLAIN ANALYZE has it."""
+    arguments = [psycopg.sql.Literal(p).as_string(conn) for p in params]
+    explained = conn.execute(
+        "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + query.replace("%s", "{}").format(*arguments)
+    ).fetchone()
+    assert explained is not None
+    plan: dict[str, Any] = explained[0][0]["Plan"]
+    return plan
+
+
+def _scans(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every node of the plan that reads a table or an index."""
+    found = [plan] if "Relation Name" in plan or "Index Name" in plan else []
+    for child in plan.get("Plans", []):
+        found.extend(_scans(child))
+    return found
+
+
+def _read(scan: dict[str, Any]) -> int:
+    """The rows a scan read: those it returned and those its filter removed, in every loop."""
+    loops = int(scan.get("Actual Loops", 1))
+    return loops * (int(scan["Actual Rows"]) + int(scan.get("Rows Removed by Filter", 0)))
+
+
+def test_the_shoes_log_tail_is_read_through_the_primary_key_without_statistics(
+    conn: psycopg.Connection[Any],
+) -> None:
+    # Nothing analyzed, nothing disabled: a one-sided `position > checkpoint` was a third of
+    # the log to this planner, which read all of it in a sequential scan.
+    plan = _executed(conn, _STREAM_AFTER, [19_990, "table:T"])
+
+    scans = _scans(plan)
+    assert all(s["Node Type"] != "Seq Scan" for s in scans), json.dumps(plan)
+    assert {s["Index Name"] for s in scans if "Index Name" in s} == {"events_pkey"}, json.dumps(
+        plan
+    )
+    # The ten events after the checkpoint, and the head's one row.
+    tables = [s for s in scans if "Relation Name" in s]
+    assert sum(_read(s) for s in tables) <= 11, json.dumps(plan)
+
+
+@pytest.fixture
+def rounds_of_one_player(conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
+    """5,000 rounds of player `p` in the round history, loaded live: no statistics."""
+    for table in ("proj_rounds", "proj_round_players"):
+        conn.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
+    conn.execute(
+        """
+        INSERT INTO proj_rounds (round_id, table_id, number, position, opened_at, status, cards,
+                                 bets, wagered, paid_out, commission, voided)
+        SELECT 'T-' || g, 'T', g, g * 20, '2026-01-01'::timestamptz + g * interval '1 minute',
+               'settled', '[]'::jsonb, '[]'::jsonb, 100, 0, 0, false
+        FROM generate_series(1, 5000) AS g
+        """
+    )
+    conn.execute(
+        """
+        INSERT INTO proj_round_players (player_id, round_id, position)
+        SELECT 'p', 'T-' || g, g * 20 FROM generate_series(1, 5000) AS g
+        """
+    )
+    return conn
+
+
+@pytest.mark.parametrize("before", [2**62, 50_000], ids=["first page", "a later page"])
+def test_a_players_rounds_page_reads_only_the_page_without_statistics(
+    rounds_of_one_player: psycopg.Connection[Any], before: int
+) -> None:
+    conn = rounds_of_one_player
+    with conn.transaction():
+        # As ProjectionService.player_round_records runs it.
+        conn.execute(_ORDERED_INDEX)
+        plan = _executed(conn, _PLAYER_ROUNDS, ["p", before, 20])
+
+    scans = _scans(plan)
+    by_index = {s.get("Index Name"): s for s in scans}
+    assert set(by_index) == {"proj_round_players_player_position", "proj_rounds_pkey"}, json.dumps(
+        plan
+    )
+    # The player's index walked backwards from the keyset and left after a page: never all
+    # 5,000 of the player's rounds read and sorted, and only the page's rounds joined.
+    walk = by_index["proj_round_players_player_position"]
+    assert walk["Node Type"] == "Index Scan"
+    assert walk["Scan Direction"] == "Backward"
+    assert _read(walk) == 20, json.dumps(plan)
+    assert _read(by_index["proj_rounds_pkey"]) == 20, json.dumps(plan)
