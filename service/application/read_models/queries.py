@@ -27,7 +27,7 @@ from service.application.read_models.invariants import RoundRecord, Violation
 from service.application.read_models.invariants import round_violations as round_violations
 from service.application.read_models.projector import ProjectionStatus, RebuildResult
 from service.application.read_models.rounds import DEALT
-from service.application.wallets import Balance, StatementEntry
+from service.application.wallets import Balance, StatementEntry, WalletMovement
 
 CURRENT_SHOE: Final = "shoe"
 ALL_TIME: Final = "all"
@@ -144,6 +144,27 @@ _STREAM_AFTER = (
     " WHERE position > %s AND position <= (SELECT max(position) FROM events))"
     " SELECT * FROM tail WHERE stream_id = %s ORDER BY position"
 )
+# An operator's wallet movements in [from, to), a page after the keyset (recorded_at, position):
+# through proj_wallet_statement_operator_time (operator, recorded_at, position), or, for every
+# operator's, proj_wallet_statement_time (recorded_at, position); walked in order and left after
+# a page, with bitmap scans off (`_ORDERED_INDEX`): a bitmap scan would read every movement of
+# the range and sort them.
+_MOVEMENT_COLUMNS = """
+player_id, version, position, recorded_at, type, amount, reserved_change, available_after,
+reserved_after, reason, table_id, round_id, spot, stake, payout, commission
+"""
+_OPERATOR_MOVEMENTS = (
+    "SELECT " + _MOVEMENT_COLUMNS + " FROM proj_wallet_statement"  # noqa: S608 - constants only
+    " WHERE operator = %s AND (recorded_at, position) > (%s, %s) AND recorded_at < %s"
+    " ORDER BY recorded_at, position LIMIT %s"
+)
+_ALL_MOVEMENTS = (
+    "SELECT " + _MOVEMENT_COLUMNS + " FROM proj_wallet_statement"  # noqa: S608 - constants only
+    " WHERE (recorded_at, position) > (%s, %s) AND recorded_at < %s"
+    " ORDER BY recorded_at, position LIMIT %s"
+)
+# Through events' primary key: when the movement a cursor names was recorded.
+_MOVEMENT_AT = "SELECT recorded_at FROM events WHERE position = %s AND category = 'wallet'"
 _WATCHED: Final = ("wallets", "ledger", "rounds")
 
 
@@ -241,6 +262,38 @@ class ProjectionService:
         with self._pool.connection() as conn:
             rows = conn.execute(_STATEMENT, [player_id, bound, limit]).fetchall()
         return [StatementEntry(*row) for row in rows]
+
+    def wallet_movements(
+        self,
+        operator: str | None,
+        start: datetime,
+        end: datetime,
+        limit: int = 50,
+        after: int | None = None,
+    ) -> list[WalletMovement]:
+        """Up to `limit` wallet movements recorded in [start, end), oldest first, of `operator`'s
+        players (every operator's if None), after the movement at log position `after`.
+
+        ValueError when `after` is the position of no wallet movement.
+        """
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        with self._pool.connection() as conn, conn.transaction():
+            # One snapshot: the cursor's movement and the page read at the same moment.
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            # The keyset starts before the range's first instant, or at the cursor's movement.
+            keyset: tuple[datetime, int] = (start, -1)
+            if after is not None:
+                found = conn.execute(_MOVEMENT_AT, [after]).fetchone()
+                if found is None:
+                    raise ValueError(f"no wallet movement is at log position {after}")
+                keyset = (max(start, found[0]), after if found[0] >= start else -1)
+            conn.execute(_ORDERED_INDEX)
+            if operator is None:
+                rows = conn.execute(_ALL_MOVEMENTS, [*keyset, end, limit]).fetchall()
+            else:
+                rows = conn.execute(_OPERATOR_MOVEMENTS, [operator, *keyset, end, limit]).fetchall()
+        return [WalletMovement(str(row[0]), StatementEntry(*row[1:])) for row in rows]
 
     def player_rounds(
         self, player_id: str, limit: int = 20, before: int | None = None
