@@ -10,6 +10,7 @@ rows each scan actually read.
 
 import json
 from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -17,6 +18,8 @@ import pytest
 
 from events.postgres import _READ_STREAM
 from service.application.read_models.queries import (
+    _ALL_MOVEMENTS,
+    _OPERATOR_MOVEMENTS,
     _ORDERED_INDEX,
     _PLAYER_ROUNDS,
     _STREAM_AFTER,
@@ -231,3 +234,56 @@ def test_a_players_rounds_page_reads_only_the_page_without_statistics(
     assert walk["Scan Direction"] == "Backward"
     assert _read(walk) == 20, json.dumps(plan)
     assert _read(by_index["proj_rounds_pkey"]) == 20, json.dumps(plan)
+
+
+@pytest.fixture
+def movements(conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
+    """20,000 wallet movements, a minute apart, of two operators' players: no statistics."""
+    conn.execute("ALTER TABLE proj_wallet_statement SET (autovacuum_enabled = false)")
+    conn.execute(
+        """
+        INSERT INTO proj_wallet_statement (player_id, operator, version, position, recorded_at,
+                                           type, amount, reserved_change, available_after,
+                                           reserved_after)
+        SELECT CASE WHEN g % 2 = 0 THEN 'casino-a/p' || g % 10 ELSE 'p' || g % 10 END,
+               CASE WHEN g % 2 = 0 THEN 'casino-a' ELSE 'default' END, g / 10 + 1, g,
+               '2026-01-01'::timestamptz + g * interval '1 minute', 'Deposited', 100, 0,
+               100 * (g / 10 + 1), 0
+        FROM generate_series(1, 20000) AS g
+        """
+    )
+    return conn
+
+
+_RANGE_START = datetime(2026, 1, 8, tzinfo=UTC)  # about half way through the movements
+_RANGE_END = datetime(2026, 1, 20, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("query", "params"),
+    [
+        (_OPERATOR_MOVEMENTS, ["casino-a", _RANGE_START, -1, _RANGE_END, 51]),
+        (
+            _OPERATOR_MOVEMENTS,
+            ["casino-a", _RANGE_START + timedelta(hours=5), 10_380, _RANGE_END, 51],
+        ),
+        (_ALL_MOVEMENTS, [_RANGE_START, -1, _RANGE_END, 51]),
+        (_ALL_MOVEMENTS, [_RANGE_START + timedelta(hours=5), 10_380, _RANGE_END, 51]),
+    ],
+    ids=["an operator's first page", "an operator's next page", "everyone's", "everyone's next"],
+)
+def test_a_page_of_wallet_movements_reads_only_the_page_without_statistics(
+    movements: psycopg.Connection[Any], query: str, params: list[object]
+) -> None:
+    with movements.transaction():
+        # As ProjectionService.wallet_movements runs it.
+        movements.execute(_ORDERED_INDEX)
+        plan = _executed(movements, query, params)
+
+    (scan,) = _scans(plan)
+    # The range's index walked in its order from the keyset and left after a page: never every
+    # movement of the range (or of the operator) read and sorted.
+    assert scan["Node Type"] == "Index Scan", json.dumps(plan)
+    assert scan["Index Name"].startswith("proj_wallet_statement_"), json.dumps(plan)
+    assert scan["Scan Direction"] == "Forward"
+    assert _read(scan) == 51, json.dumps(plan)
