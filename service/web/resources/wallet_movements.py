@@ -17,7 +17,13 @@ from service.application.streams import wallet_stream
 from service.application.wallets import MovementKind, WalletMovement
 from service.web.api import Blueprint, projections
 from service.web.auth import OVERSIGHT, roles
-from service.web.fields import DEFAULT_PAGE, MAX_PAGE, instant_field
+from service.web.fields import (
+    DEFAULT_PAGE,
+    EARLIEST_INSTANT,
+    LATEST_INSTANT,
+    MAX_PAGE,
+    instant_field,
+)
 from service.web.operators import ledger_operator
 from service.web.problems import FieldError, Problem
 
@@ -32,8 +38,16 @@ blp = Blueprint(
 class MovementsQuerySchema(ma.Schema):
     """The time range to list, and a page of it."""
 
-    start = instant_field("Recorded at or after this instant.", data_key="from", required=True)
-    end = instant_field("Recorded before this instant.", data_key="to", required=True)
+    start = instant_field(
+        "Recorded at or after this instant (default: the earliest).",
+        data_key="from",
+        load_default=EARLIEST_INSTANT,
+    )
+    end = instant_field(
+        "Recorded before this instant (default: no end).",
+        data_key="to",
+        load_default=LATEST_INSTANT,
+    )
     after = ma.fields.Integer(
         validate=ma.validate.Range(min=1),
         metadata={
