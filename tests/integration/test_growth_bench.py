@@ -1,4 +1,4 @@
-"""bench/growth.py's quick mode runs end to end: the benchmark of issues 12 and 21 stays runnable."""
+"""bench/growth.py's quick mode runs end to end: the benchmark of issues 12 and 21 runs."""
 
 import os
 import subprocess

@@ -19,6 +19,7 @@ import pytest
 from events.postgres import _READ_STREAM
 from service.application.read_models.queries import (
     _ALL_MOVEMENTS,
+    _CHAT,
     _OPERATOR_MOVEMENTS,
     _ORDERED_INDEX,
     _PLAYER_ROUNDS,
@@ -286,4 +287,51 @@ def test_a_page_of_wallet_movements_reads_only_the_page_without_statistics(
     assert scan["Node Type"] == "Index Scan", json.dumps(plan)
     assert scan["Index Name"].startswith("proj_wallet_statement_"), json.dumps(plan)
     assert scan["Scan Direction"] == "Forward"
+    assert _read(scan) == 51, json.dumps(plan)
+
+
+def test_a_page_of_chat_reads_only_the_page_without_statistics(
+    conn: psycopg.Connection[Any],
+) -> None:
+    conn.execute("ALTER TABLE proj_chat SET (autovacuum_enabled = false)")
+    conn.execute(
+        """
+        INSERT INTO proj_chat (table_id, version, position, player_id, text, posted_at)
+        SELECT 'T', g, g * 10, 'p', 'coup ' || g, '2026-01-01'::timestamptz + g * interval '1 s'
+        FROM generate_series(1, 5000) AS g
+        """
+    )
+    with conn.transaction():
+        # As ProjectionService.chat runs it.
+        conn.execute(_ORDERED_INDEX)
+        plan = _executed(conn, _CHAT, ["T", 5001, 51])
+
+    (scan,) = _scans(plan)
+    assert scan["Index Name"] == "proj_chat_pkey", json.dumps(plan)
+    assert scan["Scan Direction"] == "Backward", json.dumps(plan)
+    assert _read(scan) == 51, json.dumps(plan)
+
+
+def test_a_page_of_significant_events_reads_only_the_page_without_statistics(
+    conn: psycopg.Connection[Any],
+) -> None:
+    conn.execute("ALTER TABLE proj_significant SET (autovacuum_enabled = false)")
+    conn.execute(
+        """
+        INSERT INTO proj_significant (position, kind, type, actor, table_id, recorded_at)
+        SELECT g, 'operator', 'X', 'ops', 'T', '2026-01-01'::timestamptz + g * interval '1 s'
+        FROM generate_series(1, 5000) AS g
+        """
+    )
+    page = (
+        "SELECT position, kind FROM proj_significant WHERE position > %s AND position <= %s"
+        " ORDER BY position LIMIT %s"
+    )
+    with conn.transaction():
+        # As ProjectionService.significant runs its unfiltered page.
+        conn.execute(_ORDERED_INDEX)
+        plan = _executed(conn, page, [0, 5000, 51])
+
+    (scan,) = _scans(plan)
+    assert scan["Index Name"] == "proj_significant_pkey", json.dumps(plan)
     assert _read(scan) == 51, json.dumps(plan)

@@ -324,6 +324,8 @@ class ProjectionService:
         with self._pool.connection() as conn, conn.transaction():
             # One snapshot: the model and the log's tail are read at the same moment.
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            # The page through the primary key in its order, not a bitmap of the whole chat.
+            conn.execute(_ORDERED_INDEX)
             projected_row = conn.execute(_CHAT_PROJECTED, [table_id]).fetchone()
             projected = 0 if projected_row is None else int(projected_row[0])
             cursor = conn.cursor(row_factory=event_rows)
@@ -375,6 +377,8 @@ class ProjectionService:
         ).format(sql.SQL(" AND ").join(conditions))
         with self._pool.connection() as conn, conn.transaction():
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            # The page through an index in its order, not a bitmap of every entry and a sort.
+            conn.execute(_ORDERED_INDEX)
             checkpoint_row = conn.execute(_CHECKPOINT, ["significant"]).fetchone()
             checkpoint = 0 if checkpoint_row is None else int(checkpoint_row[0])
             params.insert(1, checkpoint)
