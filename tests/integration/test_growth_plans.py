@@ -17,6 +17,8 @@ import psycopg
 import pytest
 
 from events.postgres import _READ_STREAM
+from events.snapshots import _LATEST
+from events.snapshots import _ORDERED_INDEX as _SNAPSHOT_ORDERED_INDEX
 from service.application.read_models.queries import (
     _ALL_MOVEMENTS,
     _CHAT,
@@ -335,3 +337,26 @@ def test_a_page_of_significant_events_reads_only_the_page_without_statistics(
     (scan,) = _scans(plan)
     assert scan["Index Name"] == "proj_significant_pkey", json.dumps(plan)
     assert _read(scan) == 51, json.dumps(plan)
+
+
+def test_a_wallets_latest_snapshot_is_one_row_read_without_statistics(
+    conn: psycopg.Connection[Any],
+) -> None:
+    # A long-played wallet keeps one snapshot in every block of versions (WALLET_KEEP_EVERY).
+    conn.execute("ALTER TABLE snapshots SET (autovacuum_enabled = false)")
+    conn.execute(
+        """
+        INSERT INTO snapshots (stream_id, version, schema, state, taken_at)
+        SELECT 'wallet:p', g * 200, 's', '{}'::jsonb, '2026-01-01'::timestamptz
+        FROM generate_series(1, 300) AS g
+        """
+    )
+    with conn.transaction():
+        # As PostgresSnapshotStore.latest runs it.
+        conn.execute(_SNAPSHOT_ORDERED_INDEX)
+        plan = _executed(conn, _LATEST, ["wallet:p", "s"])
+
+    (scan,) = _scans(plan)
+    assert scan["Index Name"] == "snapshots_pkey", json.dumps(plan)
+    assert scan["Scan Direction"] == "Backward", json.dumps(plan)
+    assert _read(scan) == 1, json.dumps(plan)
