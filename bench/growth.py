@@ -4,10 +4,15 @@ History is built fast, not played over HTTP: one busy table deals coup after cou
 domain's own `decide` and `evolve` (bench/verify.py's Simulation: three seated players bet and
 press Deal, the wallets' stakes and payouts beside them, a chat message every few coups), and
 each coup is one append through the real `PostgresEventStore`, as the service would make it.
-A hundred other tables stand idle. The read models are caught up before anything is measured,
-and the table's and wallets' snapshots are taken as the service takes them (every
-SNAPSHOT_EVERY events of a stream, after the append that reaches it), so a cold load finds
-what it would find in production.
+A hundred other tables stand idle. The table's and wallets' snapshots are taken as the service
+takes them (every SNAPSHOT_EVERY events of a stream, after the append that reaches it), so a
+cold load finds what it would find in production.
+
+The database is left as a live server's would be (issue 21): the read models follow the log as
+it grows, folded by the follower `shoebox projector` runs, a pass every FOLLOW_EVERY coups (not
+rebuilt from position 0 at each size), and nothing is analyzed by hand. The planner has what
+autovacuum gathered, which on a server with autovacuum off, as on the development machine, is
+nothing at all: a manual ANALYZE after each size had hidden two reads that grew with history.
 
 At each size the database is copied (CREATE DATABASE ... TEMPLATE) and the operations are
 measured on the copy, through the real Flask app over PostgreSQL (its test client, so the
@@ -79,6 +84,9 @@ BUSY = "BUSY"
 IDLE_TABLES = 100
 PLAYERS = 3
 CHAT_EVERY = 4
+# Coups between two passes of the projector while history is built: a live projector folds
+# each coup within moments; one pass a coup would make the 100x build take half an hour.
+FOLLOW_EVERY = 10
 PLAY = EventMetadata(actor="bench-frontend", role="frontend")
 OPS = EventMetadata(actor="bench-ops", role="ops")
 GOAL = 1.25
@@ -256,18 +264,39 @@ class Size:
     end: datetime
 
 
-def measure_projector(figures: Figures, size: Size, pool: Pool) -> None:
+def measure_projector(
+    figures: Figures, size: Size, pool: Pool, follower: projector.ProjectionFollower
+) -> None:
     """The projector catching up on one new coup of the busy table, appended as it deals on.
 
     Before any request at this size: the simulation's next coup names the versions it dealt
-    from, which a request's bet would have moved on. The pool is the size's own, kept open
-    from turn to turn as a running projector's is: new connections' first queries (catalog
-    lookups, plans) cost the same at every size and would only dilute the ratio.
+    from, which a request's bet would have moved on. The pool and the follower are the size's
+    own, kept from turn to turn as a running projector's are: new connections' first queries
+    (catalog lookups, plans) cost the same at every size and would only dilute the ratio.
     """
     clock = Clock(size.twin.clock)
     store = PostgresEventStore(pool, clock)
     append_all(store, clock, size.twin, size.twin.deal(1))
-    figures.add("projector: catch up one coup", size.label, timed(lambda: projector.catch_up(pool)))
+    figures.add("projector: catch up one coup", size.label, timed(follower.run_until_caught_up))
+
+
+def deal_following(
+    store: PostgresEventStore,
+    clock: Clock,
+    growth: Growth,
+    coups: int,
+    snapshots: Snapshots,
+    follower: projector.ProjectionFollower,
+) -> tuple[int, float]:
+    """`coups` more coups, the projector following every FOLLOW_EVERY: the events written, and
+    the seconds the projector took."""
+    written, following = 0, 0.0
+    while coups > 0:
+        chunk = min(coups, FOLLOW_EVERY)
+        written += append_all(store, clock, growth, growth.deal(chunk), snapshots)
+        coups -= chunk
+        following += timed(follower.run_until_caught_up)
+    return written, following
 
 
 def measure(figures: Figures, size: Size, keys: dict[Role, str], repeats: int) -> None:
@@ -313,11 +342,21 @@ def measure(figures: Figures, size: Size, keys: dict[Role, str], repeats: int) -
             )
         warm = Client(database, keys)
         shoe_id, start, end = size.shoe
+        # The shoe being dealt: opened by the projector's first coup at this size (each size
+        # ends on a whole shoe), so it has dealt as many coups at every size.
+        assert size.twin.shoe is not None
+        open_shoe = size.twin.shoe[0]
+        # The movements of the history's last hour, every operator's, as a regulator pages them.
+        hour = (size.end - timedelta(hours=1)).isoformat().replace("+00:00", "Z")
         reads = {
             "significant events, first page": (
                 "/v1/audit/significant-events?limit=50", Role.REGULATOR,
             ),
             "shoe lookup": (f"/v1/shoes/{shoe_id}", Role.REGULATOR),
+            "open shoe lookup": (f"/v1/shoes/{open_shoe}", Role.REGULATOR),
+            "wallet movements, a page": (
+                f"/v1/wallet-movements?from={hour}&limit=50", Role.REGULATOR,
+            ),
             "chat, a page": (f"/v1/tables/{BUSY}/chat?limit=50", Role.FRONTEND),
             "a player's rounds, a page": (f"/v1/players/{player}/rounds?limit=20", Role.FRONTEND),
             "invariants check": ("/v1/ops/invariants", Role.OPS),
@@ -383,6 +422,19 @@ def whole_export(database: str, start: datetime, end: datetime) -> tuple[float, 
     return float(seconds), int(lines), int(rss)
 
 
+def autoanalyzed(database: str) -> str:
+    """Whether autovacuum runs on the server, and how many of the tables it has analyzed."""
+    with psycopg.connect(database, autocommit=True) as conn:
+        setting = conn.execute("SHOW autovacuum").fetchone()
+        counts = conn.execute(
+            "SELECT count(*) FILTER (WHERE last_autoanalyze IS NOT NULL), count(*)"
+            " FROM pg_stat_user_tables WHERE relname = 'events' OR relname LIKE 'proj%'"
+        ).fetchone()
+    assert setting is not None
+    assert counts is not None
+    return f"{setting[0]}, {counts[0]} of {counts[1]} tables auto-analyzed"
+
+
 def copy_database(admin: str, source: str, target: str) -> None:
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(
@@ -434,31 +486,29 @@ def main(argv: list[str] | None = None) -> int:
                 snapshots = Snapshots(PostgresSnapshotStore(pool, clock))
                 building = time.perf_counter()
                 before = events
+                following = projector.follower(pool, listen=False)
                 if built == 0:
                     events += append_all(store, clock, growth, growth.setup(), snapshots)
                     for role in (Role.FRONTEND, Role.REGULATOR, Role.OPS):
                         keys[role] = create_key(store, f"growth {role.value}", role, OPS).secret
-                events += append_all(store, clock, growth, growth.deal(size - built), snapshots)
+                written, caught = deal_following(
+                    store, clock, growth, size - built, snapshots, following
+                )
+                events += written
                 # End on a whole shoe, so the last shoe looked up and exported is complete.
                 while not growth.shoe_periods or growth.shoe is not None:
-                    events += append_all(store, clock, growth, growth.deal(1), snapshots)
+                    written, took = deal_following(store, clock, growth, 1, snapshots, following)
+                    events += written
+                    caught += took
                 built = growth.coups
-                wrote = time.perf_counter() - building
-                # A rebuild from position 0 is the fast way to bring every model up to date
-                # (parallel, COPY); the live projector's way is measured below, one coup at
-                # a time.
-                catching = time.perf_counter()
-                projector.rebuild(pool)
-                caught = time.perf_counter() - catching
-            # Statistics, as autovacuum would gather them after a bulk load: without them the
-            # planner guesses, and the guesses of a freshly loaded table are not production's.
-            with psycopg.connect(database, autocommit=True) as conn:
-                conn.execute("ANALYZE")
+                wrote = time.perf_counter() - building - caught
+            # No ANALYZE: a live database has the statistics autovacuum gathered, if any.
+            analyzed = autoanalyzed(database)
             print(
                 f"{label}: {growth.coups:,} coups, {events:,} events; appended in {wrote:.1f} s"
-                f" ({(events - before) / max(wrote, 1e-9):,.0f} events/s), projections"
-                f" rebuilt in {caught:.1f} s; {growth.players[0]}'s wallet at version"
-                f" {growth.wallets[growth.players[0]][0]:,}",
+                f" ({(events - before) / max(wrote, 1e-9):,.0f} events/s), projector followed"
+                f" in {caught:.1f} s; autovacuum {analyzed}; {growth.players[0]}'s wallet at"
+                f" version {growth.wallets[growth.players[0]][0]:,}",
                 file=sys.stderr,
             )
             copy_name = f"{name}_{label}"
@@ -484,11 +534,17 @@ def main(argv: list[str] | None = None) -> int:
                     )
                     for m in measured
                 }
-                for pool_now in pools.values():
-                    projector.catch_up(pool_now)  # nothing to apply: the connections open
+                followers = {
+                    label: projector.follower(pool_now, listen=False)
+                    for label, pool_now in pools.items()
+                }
+                for following_now in followers.values():
+                    following_now.run_until_caught_up()  # nothing to apply: connections open
                 for turn in turns:
                     for size_now in turn:
-                        measure_projector(figures, size_now, pools[size_now.label])
+                        measure_projector(
+                            figures, size_now, pools[size_now.label], followers[size_now.label]
+                        )
             for turn in turns:
                 for size_now in turn:
                     measure(figures, size_now, keys, 1)

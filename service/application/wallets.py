@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 from functools import cache
 from typing import Final
 
@@ -141,6 +142,53 @@ class StatementEntry:
     stake: int | None
     payout: int | None
     commission: int | None
+
+
+class MovementKind(StrEnum):
+    """What a wallet movement was, as ops and regulators list them."""
+
+    DEPOSIT = "deposit"
+    WITHDRAWAL = "withdrawal"
+    CORRECTION = "correction"
+    STAKE_RESERVED = "stake_reserved"
+    STAKE_RETURNED = "stake_returned"
+    SETTLED_WIN = "settled_win"
+    SETTLED_PUSH = "settled_push"
+    SETTLED_LOSS = "settled_loss"
+    VOID_REVERSAL = "void_reversal"
+
+
+_KINDS: Final = {
+    Deposited.type: MovementKind.DEPOSIT,
+    Withdrawn.type: MovementKind.WITHDRAWAL,
+    Corrected.type: MovementKind.CORRECTION,
+    StakeReserved.type: MovementKind.STAKE_RESERVED,
+    StakeReturned.type: MovementKind.STAKE_RETURNED,
+    SettlementReversed.type: MovementKind.VOID_REVERSAL,
+}
+
+
+def movement_kind(entry: StatementEntry) -> MovementKind:
+    """The kind of a statement entry; a settlement by what it paid back against the stake."""
+    if entry.type == PayoutCredited.type:
+        payout, stake = entry.payout or 0, entry.stake or 0
+        if payout > stake:
+            return MovementKind.SETTLED_WIN
+        return MovementKind.SETTLED_PUSH if payout == stake else MovementKind.SETTLED_LOSS
+    return _KINDS[entry.type]
+
+
+@dataclass(frozen=True, slots=True)
+class WalletMovement:
+    """One movement on some player's wallet, as an operator's listing of movements holds it."""
+
+    player_id: str
+    entry: StatementEntry
+
+    @property
+    def kind(self) -> MovementKind:
+        """What the movement was."""
+        return movement_kind(self.entry)
 
 
 class WalletService:

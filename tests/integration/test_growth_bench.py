@@ -1,4 +1,4 @@
-"""bench/growth.py's quick mode runs end to end: the benchmark of issue 12 stays runnable."""
+"""bench/growth.py's quick mode runs end to end: the benchmark of issues 12 and 21 runs."""
 
 import os
 import subprocess
@@ -32,6 +32,8 @@ def test_the_growth_benchmark_runs_in_quick_mode(postgres_server_url: str) -> No
         "recovery sweep",
         "significant events, first page",
         "shoe lookup",
+        "open shoe lookup",
+        "wallet movements, a page",
         "chat, a page",
         "a player's rounds, a page",
         "export of one shoe",

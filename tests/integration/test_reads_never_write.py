@@ -16,11 +16,13 @@ import pytest
 
 from domain.outcome import Outcome
 from domain.table import ShoeOpened, TableSettings
+from events.merkle_store import PostgresTree
 from events.postgres import Pool, PostgresEventStore
 from events.projections.runner import Projector
 from events.projections.runner import subscriptions as runner_subscriptions
 from events.store import EventStore, RecordedEvent, utc_now
 from service.application.actor import Actor
+from service.application.checkpoints import CheckpointService, SigningKey, TreeSigning
 from service.application.game.open_rounds import OpenRoundsProjection, PostgresOpenRounds
 from service.application.game.recovery import recover
 from service.application.game.tables import GameService
@@ -57,16 +59,37 @@ def _played(app_pool: Pool) -> tuple[Api, dict[str, str]]:
     api.ok("POST", "/v1/tables/T1/chat", {"player_id": "bob", "text": "nice"}, status=201)
     # Round 2 is open with a bet on it; then its window lapses with nobody acting.
     api.bet("T1", "alice", "player", 500)
+    # A signed tree checkpoint, so that the log's proofs have a size to be read at.
+    tree = PostgresTree(app_pool)
+    api.app.extensions[EXTENSION] = replace(api.app.extensions[EXTENSION], tree=tree)
+    signer = CheckpointService(
+        api.store,
+        api.clock,
+        SigningKey.from_seed(bytes(32)),
+        tree=TreeSigning(tree, "t.example/log"),
+    )
+    signer.sign_head(Actor("checkpointer", "system"))
     api.clock.advance(60)
     projector.catch_up(app_pool)
     [shoe] = api.store.read_all(types=[ShoeOpened.type])
+    noted = signer.latest_tree()
+    assert noted is not None
     ids = {
         "table_id": "T1",
         "player_id": "alice",
         "round_id": "T1-1",
         "shoe_id": str(shoe.payload["shoe_id"]),
+        "size": str(noted.size),
     }
     return api, ids
+
+
+# The GETs whose query parameters are required, with the query this test reads them with.
+_QUERIES = {
+    "/v1/log/proof/inclusion": "?index=0&size={size}",
+    "/v1/log/proof/consistency": "?from=1&to={size}",
+    "/v1/rounds/{round_id}/proof": "?size={size}",
+}
 
 
 def _gets(api: Api) -> list[tuple[str, Role]]:
@@ -91,7 +114,9 @@ def test_no_get_endpoint_appends_even_past_a_window_deadline(app_pool: Pool) -> 
         names = _PARAMETER.findall(template)
         unknown = [name for name in names if name not in ids]
         assert not unknown, f"{template}: give this test a real {unknown} to read"
-        path = _PARAMETER.sub(lambda match: ids[match.group(1)], template)
+        path = _PARAMETER.sub(
+            lambda match: ids[match.group(1)], template + _QUERIES.get(template, "")
+        )
         response = api.call("GET", path, role=role)
         assert response.status_code < 500, (path, response.get_data(as_text=True))
         assert response.status_code == 200, (path, response.get_json())

@@ -1,7 +1,9 @@
 """Wallet balances (available and reserved) and each wallet's statement with running balance.
 
 It follows the wallet aggregate's own evolve (domain/wallet.py) step for step, so the figures
-agree to the penny with what the table service used when it accepted each bet. It also keeps
+agree to the penny with what the table service used when it accepted each bet. Each statement
+row also names its player's operator, which the listing of an operator's movements is indexed
+by (migrations/0019). It also keeps
 each wallet's credits (deposits, positive corrections) and debits (withdrawals, negative
 corrections), which money conservation is checked against.
 """
@@ -32,6 +34,7 @@ from events.projections.base import (
     upsert,
 )
 from events.store import RecordedEvent
+from service.application.operators import operator_of
 
 WALLET_COLUMNS: Final = (
     "available",
@@ -59,6 +62,7 @@ STATEMENT_COLUMNS: Final = (
     "stake",
     "payout",
     "commission",
+    "operator",
 )
 _AVAILABLE, _RESERVED, _VERSION, _POSITION, _CREDITS, _DEBITS, _UPDATED = range(7)
 
@@ -145,5 +149,6 @@ def _fold(wallet: list[Any], player_id: str, event: RecordedEvent) -> str:
         f"{text(player_id)}\t{event.version}\t{event.position}\t"
         f"{event.recorded_at.isoformat()}\t{kind}\t{available}\t{reserved}\t"
         f"{wallet[_AVAILABLE]}\t{wallet[_RESERVED]}\t{text(reason)}\t{text(table_id)}\t"
-        f"{text(round_id)}\t{text(spot)}\t{text(stake)}\t{text(payout)}\t{text(commission)}\n"
+        f"{text(round_id)}\t{text(spot)}\t{text(stake)}\t{text(payout)}\t{text(commission)}\t"
+        f"{text(operator_of(player_id))}\n"
     )
