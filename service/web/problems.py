@@ -35,7 +35,13 @@ from psycopg_pool import PoolTimeout
 from werkzeug.exceptions import HTTPException
 
 from domain.errors import DomainError
-from events.store import AppendTimedOut, ConcurrencyConflict, IdempotencyKeyReused, JsonValue
+from events.store import (
+    AppendTimedOut,
+    ConcurrencyConflict,
+    IdempotencyKeyReused,
+    JsonValue,
+    LogBusy,
+)
 from service.application.errors import Conflict, NotFound, ServiceError
 
 _logger = logging.getLogger(__name__)
@@ -339,7 +345,10 @@ def register_problem_handlers(app: Flask) -> None:
         ).response()
 
     @app.errorhandler(AppendTimedOut)
-    def _busy(error: AppendTimedOut) -> Response:
+    @app.errorhandler(LogBusy)
+    def _busy(error: AppendTimedOut | LogBusy) -> Response:
+        # Why, in the log and in shoebox_log_busy_total: a stream's lock waited too long, or
+        # the sequencer is behind (or absent) by more than its bound.
         _logger.warning("request %s: %s", g.get("request_id", "-"), error)
         return log_busy().response()
 

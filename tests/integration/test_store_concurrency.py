@@ -180,6 +180,6 @@ def test_racing_appends_with_one_idempotency_key_append_once_and_replay_the_rest
     for thread in threads:
         thread.join()
     assert len(results) == 8
-    assert all(r == AppendResult(1, 1, {"wallet:alice": 1}) for r in results)
+    assert all(r == AppendResult({"wallet:alice": 1}, (("wallet:alice", 1, 1),)) for r in results)
     assert sorted(r.replayed for r in results) == [False] + [True] * 7
     assert store.head() == 1
