@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import threading
-from dataclasses import replace
 from collections.abc import Collection, Sequence
+from dataclasses import replace
 
 from events.canonical import chain_events, normalise
 from events.store import (

@@ -136,11 +136,16 @@ _READ_STREAM = (
 )
 _HEAD = "SELECT coalesce(max(position), 0) FROM events"
 # Through the primary key (stream_id, version), backwards: one row however long the stream.
-_LAST_OF_STREAM = (
-    "(SELECT " + _UNSEQUENCED_COLUMNS + _UNSEQUENCED_OF_STREAM  # noqa: S608
-    + " ORDER BY u.version DESC LIMIT 1)"
-    " UNION ALL (SELECT " + EVENT_COLUMNS + " FROM events WHERE stream_id = %s"
-    " ORDER BY version DESC LIMIT 1) ORDER BY 4 DESC LIMIT 1"
+# Built from constants only; the newest of the two tables' newest (column 4 is the version).
+_LAST_OF_STREAM = "".join(
+    [
+        "(SELECT ",
+        _UNSEQUENCED_COLUMNS,
+        _UNSEQUENCED_OF_STREAM,
+        " ORDER BY u.version DESC LIMIT 1) UNION ALL (SELECT ",
+        EVENT_COLUMNS,
+        " FROM events WHERE stream_id = %s ORDER BY version DESC LIMIT 1) ORDER BY 4 DESC LIMIT 1",
+    ]
 )
 _FIND_RECORD = """
 SELECT k.fingerprint, k.result, r.response
@@ -660,10 +665,10 @@ class PostgresEventStore(EventStore):
             "SELECT {} FROM events WHERE position > %s AND position <= %s{} ORDER BY position"
         ).format(sql.SQL(EVENT_COLUMNS), conditions)
         # Why fetching ahead is safe: positions are gapless and become visible in position
-        # order (only the sequencer writes events, one batch's transaction after another). Once a head
-        # h is visible, every position up to h has committed, so the range (a, b] with b <= h
-        # returns the same events whenever and on whichever connection it is read: a batch
-        # fetched early can never miss an event that commits late.
+        # order (only the sequencer writes events, one batch's transaction after another).
+        # Once a head h is visible, every position up to h has committed, so the range (a, b]
+        # with b <= h returns the same events whenever and on whichever connection it is read:
+        # a batch fetched early can never miss an event that commits late.
         after, head = from_position, self._head_until(to_position)
         with ThreadPoolExecutor(READ_AHEAD, thread_name_prefix="shoebox-read-ahead") as ahead:
             pending: deque[Future[list[T]]] = deque()

@@ -25,6 +25,7 @@ from typing import Final
 import psycopg
 from psycopg import Connection
 from psycopg.rows import TupleRow
+from psycopg_pool import ConnectionPool
 
 log = logging.getLogger(__name__)
 
@@ -164,9 +165,7 @@ class SequencerRole:
                 self._on_role(active)
 
 
-def wait_until_sequenced(
-    conn: Connection[TupleRow], append_ids: list[int], timeout: float
-) -> bool:
+def wait_until_sequenced(conn: Connection[TupleRow], append_ids: list[int], timeout: float) -> bool:
     """Wait (polling) until none of `append_ids` is left unsequenced; False after `timeout`."""
     deadline = time.monotonic() + timeout
     pause = 0.001
@@ -181,3 +180,22 @@ def wait_until_sequenced(
             return False
         time.sleep(pause)
         pause = min(pause * 2, 0.02)
+
+
+_BACKLOG = (
+    "SELECT count(*), coalesce(extract(epoch FROM clock_timestamp() - min(queued_at)), 0)"
+    " FROM unsequenced_events"
+)
+
+
+def unsequenced_backlog(pool: ConnectionPool[Connection[TupleRow]]) -> tuple[int, float]:
+    """Events committed and not yet sequenced, and the oldest one's wait in seconds.
+
+    A scan of unsequenced_events, which holds only the sequencer's backlog (a few hundred
+    rows when all is well, and appends are refused once its oldest is 2 s old).
+    """
+    with pool.connection() as conn:
+        row = conn.execute(_BACKLOG).fetchone()
+        conn.rollback()
+    assert row is not None
+    return int(row[0]), float(row[1])

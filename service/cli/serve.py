@@ -266,7 +266,7 @@ def serve(
             err=True,
         )
         ShoeboxServer(
-            lambda: create_app(wired, pool_size=size),
+            lambda: create_app(wired, pool_size=size, sequencer=True),
             gunicorn_options(binds, workers, threads, worker_class),
         ).run()
 

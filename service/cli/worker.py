@@ -62,6 +62,15 @@ def worker(queue_name: str | None, rebuilds: bool, burst: bool) -> None:
             if signing_keys(settings) is not None:
                 periodic += ((jobs.CHECKPOINT_JOB_PREFIX, jobs.schedule_checkpoints),)
         click.echo(f"worker serving queue {name!r} on {queue_url}", err=True)
+        # Any long-running process may be the log's sequencer; a burst run is not one.
+        sequencer = None
+        if not burst:
+            from events.postgres import app_conninfo
+            from service.runtime.sequencing import start_sequencer_role
+
+            sequencer = start_sequencer_role(
+                settings.app_database_url or app_conninfo(db_url, environ={})
+            )
         timer: WindowTimer | None = None
         if not rebuilds:
             # Beside rq's loop, on threads of its own: a window's deadline cannot wait for a
@@ -82,6 +91,8 @@ def worker(queue_name: str | None, rebuilds: bool, burst: bool) -> None:
         finally:
             if timer is not None:
                 timer.stop()
+            if sequencer is not None:
+                sequencer.stop()
 
 
 commands: list[click.Command] = [worker]

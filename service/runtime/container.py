@@ -12,6 +12,7 @@ from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
 
 from events.postgres import Pool
+from events.sequencer import SequencerRole
 from events.snapshots import InMemorySnapshotStore, PostgresSnapshotStore, SnapshotStore
 from events.store import Clock, EventStore, JsonValue
 from events.tail import LogTail
@@ -49,9 +50,13 @@ class Container:
     projections: ProjectionService | None = None
     # The live feed: None without a PostgreSQL pool, since it follows the log by LISTEN.
     feed: FeedService | None = None
+    # This process's candidacy for the sequencer's role, when its appends are left to it.
+    sequencer: SequencerRole | None = None
 
     def close(self) -> None:
         """Stop the feed's tail and release the connections create_app opened."""
+        if self.sequencer is not None:
+            self.sequencer.stop()
         if self.feed is not None:
             self.feed.tail.stop()
         if self.pool is not None:

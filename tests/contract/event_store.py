@@ -272,7 +272,8 @@ class EventStoreContract:
         record = store.idempotency_record("k")
         assert record is not None
         assert (record.fingerprint, record.result) == (
-            "f", AppendResult({"wallet:alice": 2}, (("wallet:alice", 1, 2),))
+            "f",
+            AppendResult({"wallet:alice": 2}, (("wallet:alice", 1, 2),)),
         )
 
     def test_a_failed_append_does_not_spend_its_idempotency_key(self, store: EventStore) -> None:

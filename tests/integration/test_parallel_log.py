@@ -40,7 +40,9 @@ def stake(amount: int) -> NewEvent:
     return NewEvent("StakeReserved", {"amount": amount})
 
 
-def _held_open(database: str, streams: list[StreamAppend]) -> psycopg.Connection[tuple[object, ...]]:
+def _held_open(
+    database: str, streams: list[StreamAppend]
+) -> psycopg.Connection[tuple[object, ...]]:
     """A connection whose transaction has run append_batch() for `streams` and not committed."""
     conn = psycopg.connect(app_conninfo(database, environ={}))
     documents = append_documents(streams, DEALER, utc_now())
@@ -49,7 +51,8 @@ def _held_open(database: str, streams: list[StreamAppend]) -> psycopg.Connection
         "SELECT append_id, error_code FROM append_batch(%s, %s, %s, %s, %s, NULL, NULL)",
         [[documents], [None], [None], [None], [json.dumps(guards) if guards else None]],
     ).fetchone()
-    assert row is not None and row[1] is None, row
+    assert row is not None
+    assert row[1] is None, row
     return conn
 
 
@@ -285,7 +288,7 @@ def test_a_sequencer_killed_mid_batch_leaves_no_gap_and_another_takes_over(
     store = PostgresEventStore(app_pool, sequencing="background")
     conninfo = app_conninfo(fresh_database, environ={})
     marker = tmp_path / "marker"
-    child = subprocess.Popen(  # noqa: S603 - our own interpreter and script
+    child = subprocess.Popen(
         [sys.executable, "-c", _KILLED_SEQUENCER, conninfo, str(marker)],
         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
     )

@@ -1,7 +1,6 @@
 """Concurrency rules of the PostgreSQL store, shown with real threads against the real server."""
 
 import threading
-import time
 from collections import Counter
 
 import psycopg

@@ -11,13 +11,15 @@ No build step: Jinja templates, plain ES modules and SVG, served from this packa
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Final
 
 from flask import Flask, Response, current_app, g, request
 from werkzeug.exceptions import HTTPException
 
+from events.sequencer import unsequenced_backlog
 from events.store import Clock
 from service.application.keys import KeyRing
 from service.runtime.demo import DemoKey, demo_keys_by_role
@@ -52,6 +54,8 @@ class PagesContext:
     keys: KeyRing
     demo_keys: Mapping[str, DemoKey]
     redis_url: str | None
+    # The sequencer's backlog (events, oldest's seconds); None without PostgreSQL.
+    unsequenced: Callable[[], tuple[int, float]] | None = None
 
 
 def pages() -> PagesContext:
@@ -96,6 +100,7 @@ def mount_pages(app: Flask, settings: Settings, clock: Clock) -> None:
         keys=wiring.keys,
         demo_keys=demo_keys_by_role(settings.data_dir) if settings.demo else {},
         redis_url=settings.redis_url,
+        unsequenced=None if wiring.pool is None else partial(unsequenced_backlog, wiring.pool),
     )
     site.config["MAX_CONTENT_LENGTH"] = app.config["MAX_CONTENT_LENGTH"]
     site.register_blueprint(dashboard.blp)
