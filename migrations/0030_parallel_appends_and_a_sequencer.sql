@@ -249,29 +249,43 @@ BEGIN
         stream_count[a] := streams_here;
     END LOOP;
 
-    -- Every stream of the batch gets a head row (a new stream, or a guard on a stream never
-    -- written, has none yet), so that there is a row to lock. In sorted order, as the locks.
     SELECT array_agg(DISTINCT s ORDER BY s) INTO locked FROM unnest(stream_ids) AS s;
     SELECT array_agg(DISTINCT s ORDER BY s) INTO written
     FROM unnest(stream_ids, writes) AS w (s, is_written) WHERE w.is_written;
-    INSERT INTO public.stream_heads (stream_id, version)
-    SELECT s, 0 FROM unnest(locked) AS s ORDER BY s
-    ON CONFLICT DO NOTHING;
 
-    -- The row locks, one stream at a time in sorted order: FOR UPDATE where any append of the
-    -- batch writes the stream, FOR SHARE where it is only guarded (guards of one stream do not
-    -- wait for each other). Held to the commit, so the versions read here are the versions
-    -- the batch's events follow.
-    locked_versions := '{}';
-    FOR k IN 1 .. coalesce(array_length(locked, 1), 0) LOOP
-        IF locked[k] = ANY (written) THEN
-            SELECT h.version INTO version FROM public.stream_heads AS h
-            WHERE h.stream_id = locked[k] FOR UPDATE;
+    -- The row locks, in sorted order, held to the commit, so the versions read here are the
+    -- versions the batch's events follow: FOR UPDATE where any append of the batch writes
+    -- the stream, FOR SHARE where it is only guarded (guards of one stream do not wait for
+    -- each other). When every stream is written, one statement takes them all (its rows are
+    -- locked as they come, in the order it sorts them). A stream with no head row yet (a new
+    -- stream, or a guard on a stream never written) gets one at version 0 first, so that
+    -- there is a row to lock; in sorted order too.
+    FOR attempt IN 1 .. 2 LOOP
+        IF cardinality(written) = cardinality(locked) THEN
+            SELECT array_agg(h.version ORDER BY h.stream_id) INTO locked_versions
+            FROM (SELECT x.stream_id, x.version FROM public.stream_heads AS x
+                  WHERE x.stream_id = ANY (locked) ORDER BY x.stream_id FOR UPDATE) AS h;
         ELSE
-            SELECT h.version INTO version FROM public.stream_heads AS h
-            WHERE h.stream_id = locked[k] FOR SHARE;
+            locked_versions := '{}';
+            FOR k IN 1 .. cardinality(locked) LOOP
+                IF locked[k] = ANY (written) THEN
+                    SELECT h.version INTO version FROM public.stream_heads AS h
+                    WHERE h.stream_id = locked[k] FOR UPDATE;
+                ELSE
+                    SELECT h.version INTO version FROM public.stream_heads AS h
+                    WHERE h.stream_id = locked[k] FOR SHARE;
+                END IF;
+                EXIT WHEN version IS NULL;
+                locked_versions[k] := version;
+            END LOOP;
         END IF;
-        locked_versions[k] := version;
+        EXIT WHEN coalesce(cardinality(locked_versions), 0) = cardinality(locked);
+        IF attempt = 2 THEN
+            RAISE EXCEPTION 'append_batch: a stream head is missing after it was inserted';
+        END IF;
+        INSERT INTO public.stream_heads (stream_id, version)
+        SELECT s, 0 FROM unnest(locked) AS s ORDER BY s
+        ON CONFLICT DO NOTHING;
     END LOOP;
 
     FOR a IN 1 .. append_count LOOP

@@ -249,10 +249,10 @@ def test_two_sequencers_racing_never_give_out_a_position_twice(
         thread.start()
     for thread in writers:
         thread.join()
-    store.sequence()
     stop.set()
     for thread in sequencers:
         thread.join()
+    store.sequence()  # what the racers left when they stopped
     events = store.read_all(limit=10_000, upcast=False)
     assert len(batches) > 1, "only one sequencer ever ran"
     assert [e.position for e in events] == list(range(1, 4 * 25 * 2 + 1))
