@@ -62,7 +62,7 @@ from events.postgres import (
     open_pool,
 )
 from events.sequencer import Batch, SequencerRole
-from events.store import EventMetadata, Idempotency, JsonValue, NewEvent, StreamAppend
+from events.store import EventMetadata, Idempotency, JsonValue, NewEvent, StreamAppend, utc_now
 
 PARALLEL = "parallel"
 LOCKED = "locked"
@@ -108,7 +108,7 @@ def install_locked_baseline(conn: psycopg.Connection[tuple[object, ...]]) -> Non
     if found is None:
         raise RuntimeError("0014's append_batch() was not found")
     function = found.group(0).replace("public.", "locked.")
-    function = function.replace("CREATE FUNCTION append_batch(", "CREATE FUNCTION locked.append_batch(")
+    function = function.replace("FUNCTION append_batch(", "FUNCTION locked.append_batch(")
     conn.execute(function)
     conn.execute(
         "GRANT EXECUTE ON FUNCTION locked.append_batch(text[], text[], text[], text[], text[],"
@@ -127,7 +127,7 @@ class LockedStore:
         self, streams: Sequence[StreamAppend], meta: EventMetadata, key: Idempotency
     ) -> None:
         """Append as the store did before 0030; raise if refused."""
-        documents = append_documents(streams, meta, time_now())
+        documents = append_documents(streams, meta, utc_now())
         pending = _PendingAppend(documents, key.key, key.fingerprint, None, _guards(streams))
         self._group.submit(pending)
         if pending.error is not None:
@@ -152,13 +152,6 @@ class LockedStore:
             return
         for pending, row in zip(batch, rows, strict=True):
             pending.row = row
-
-
-def time_now():  # type: ignore[no-untyped-def]
-    """The production clock, as the store reads it."""
-    from events.store import utc_now
-
-    return utc_now()
 
 
 def payloads(writer: int, n: int) -> tuple[dict[str, JsonValue], dict[str, JsonValue]]:
