@@ -28,7 +28,7 @@ from events.canonical import (
     normalise,
     split_event_documents,
 )
-from events.sequencer import sequence_batch, wait_until_sequenced
+from events.sequencer import MAX_APPENDS, sequence_batch, wait_until_sequenced
 from events.store import (
     AppendResult,
     AppendTimedOut,
@@ -535,7 +535,9 @@ class PostgresEventStore(EventStore):
                     if append_id is not None:
                         wait_until_sequenced(conn, [append_id], SEQUENCED_WAIT.total_seconds())
                     return
-                if batch.events == 0:
+                if batch.events < MAX_APPENDS:
+                    # Not a full batch: it took every append committed before it began, this
+                    # one's included.
                     return
 
     def _append_batch(self, batch: Sequence[_PendingAppend]) -> None:
