@@ -121,10 +121,13 @@ _UNSEQUENCED_COLUMNS = (
     " (d.doc ->> 'schema_version')::integer, (d.doc -> 'payload')::text,"
     " (d.doc -> 'metadata')::text, (d.doc ->> 'recorded_at')::timestamptz, '', ''"
 )
+# current_schema() is PostgreSQL's cheapest parallel-unsafe function (stable, no side effect):
+# naming it keeps the whole statement out of parallel plans, which 0012 ruled out for the log
+# (a Parallel Append over the two tables ignores the tables' parallel_workers = 0).
 _UNSEQUENCED_OF_STREAM = (
     " FROM unsequenced_events AS u,"
     " LATERAL (SELECT (u.prefix || '0' || u.suffix)::jsonb AS doc) AS d"
-    " WHERE u.stream_id = %s"
+    " WHERE current_schema() IS NOT NULL AND u.stream_id = %s"
 )
 # Both tables in one statement, so one snapshot: the sequencer moves an event from one to the
 # other in one transaction, so it is seen exactly once. Through the unique (stream_id,

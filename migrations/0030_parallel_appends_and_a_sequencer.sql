@@ -66,6 +66,9 @@ CREATE TABLE unsequenced_events (
     UNIQUE (stream_id, version)
 );
 
+-- As events since 0012: a stream's read joins both tables, and never in a parallel plan.
+ALTER TABLE unsequenced_events SET (parallel_workers = 0);
+
 CREATE TRIGGER unsequenced_events_no_update
     BEFORE UPDATE OR TRUNCATE ON unsequenced_events
     FOR EACH STATEMENT EXECUTE FUNCTION events_refuse_change();
