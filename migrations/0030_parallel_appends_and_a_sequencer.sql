@@ -405,8 +405,10 @@ BEGIN
         FROM unnest(locked, locked_versions) AS v (stream_id, version)
         WHERE h.stream_id = v.stream_id AND v.stream_id = ANY (written)
           AND h.version <> v.version;
-        -- Wakes the sequencer; the payload is not needed.
-        PERFORM pg_notify('shoebox_appends', '');
+        -- No NOTIFY to wake the sequencer: a transaction that notifies takes a database-wide
+        -- lock at its commit and holds it through the flush (PostgreSQL serialises the notify
+        -- queue's writers), which would make every append wait for every other's flush
+        -- again. The sequencer polls instead (events/sequencer.py).
     END IF;
 END
 $$;
