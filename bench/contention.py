@@ -9,12 +9,14 @@ BetPlaced on the writer's own table stream and a StakeReserved on its own wallet
 streams, two events, as a bet is, each with an idempotency key) for S seconds: nobody
 conflicts with anybody. Three contenders take turns within each repeat, at each N:
 
-- parallel: PostgresEventStore.append as it is now (migration 0030): row locks on the two
-  streams' heads, the events into unsequenced_events, the key beside them, one commit; group
-  commit still shares a call among the appends of the process that arrive together. The
+- parallel: PostgresEventStore.append as it is now (migration 0030), group commit off: row
+  locks on the two streams' heads, the events into unsequenced_events, the key beside them,
+  one commit, every writer's transaction in flight at once. The
   sequencer's role runs in this same process on a connection of its own, so its CPU and its
   writes (the events moved into the log with positions and hashes) count against it. A run
   ends only when the sequencer has placed every append it took.
+- parallel+group: the same with group commit on (the store's default), which allows one
+  call in flight per process.
 - locked: the append before 0030, kept here only as the baseline: 0014's append_batch(),
   which takes LOCK TABLE events IN EXCLUSIVE MODE, chains and inserts under it and holds it
   through the commit's flush, with the same group commit, into a copy of the tables in a
@@ -65,6 +67,7 @@ from events.sequencer import Batch, SequencerRole
 from events.store import EventMetadata, Idempotency, JsonValue, NewEvent, StreamAppend, utc_now
 
 PARALLEL = "parallel"
+GROUPED = "parallel+group"
 LOCKED = "locked"
 UNLOCKED = "unlocked"
 EVENTS_PER_APPEND = 2
@@ -311,21 +314,23 @@ def main(argv: Sequence[str] | None = None) -> None:
         role.start()
         with open_pool(conninfo, max_size=max(args.writers)) as pool:
             parallel = PostgresEventStore(pool, sequencing="background", group_commit=False)
+            grouped = PostgresEventStore(pool, sequencing="background")
             locked = LockedStore(pool)
-            contenders = (PARALLEL, LOCKED, UNLOCKED)
+            contenders = (PARALLEL, GROUPED, LOCKED, UNLOCKED)
             for repeat, order in enumerate(rotations(args.repeats, contenders)):
                 for figure, writers in zip(figures, args.writers, strict=True):
                     for contender in order:
-                        run = f"r{repeat}{contender[0]}{writers}x"
-                        if contender == PARALLEL:
-                            write = parallel_writer(parallel, run)
+                        run = f"r{repeat}{contenders.index(contender)}{writers}x"
+                        if contender in (PARALLEL, GROUPED):
+                            store = parallel if contender == PARALLEL else grouped
+                            write = parallel_writer(store, run)
                         elif contender == LOCKED:
                             write = locked_writer(locked, run)
                         else:
                             write = unlocked_writer(conninfo, run)
                         del batches[:]
                         rate = run_writers(writers, args.seconds, write)
-                        if contender == PARALLEL:
+                        if contender in (PARALLEL, GROUPED):
                             # The sequencer's share: the run is not over until it has placed
                             # every append, and its batches are this run's.
                             drained = time.perf_counter()
@@ -345,20 +350,22 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"Medians of {args.repeats} repeats of {args.seconds:g} s; an append is a bet's two"
         " events on two streams of the writer's own, with an idempotency key.",
         "",
-        "| writers | parallel appends/s | locked appends/s | unlocked appends/s"
-        " | parallel / unlocked | locked / unlocked | sequencer lag p50 / p99 ms"
-        " | batch events p50 / max |",
-        "|--:|--:|--:|--:|--:|--:|--:|--:|",
+        "| writers | parallel appends/s | parallel+group appends/s | locked appends/s"
+        " | unlocked appends/s | parallel / unlocked | parallel+group / unlocked"
+        " | locked / unlocked | sequencer lag p50 / p99 ms | batch events p50 / max |",
+        "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for figure, writers in zip(figures, args.writers, strict=True):
         ours = statistics.median(figure.samples[PARALLEL])
+        batched = statistics.median(figure.samples[GROUPED])
         old = statistics.median(figure.samples[LOCKED])
         theirs = statistics.median(figure.samples[UNLOCKED])
         lag = lags[writers] or [0.0]
         size = sizes[writers] or [0]
         lines.append(
-            f"| {writers} | {ours:,.0f} | {old:,.0f} | {theirs:,.0f} | {ours / theirs:.2f}"
-            f" | {old / theirs:.2f} | {percentile(lag, 0.5) * 1000:.1f} /"
+            f"| {writers} | {ours:,.0f} | {batched:,.0f} | {old:,.0f} | {theirs:,.0f}"
+            f" | {ours / theirs:.2f} | {batched / theirs:.2f} | {old / theirs:.2f}"
+            f" | {percentile(lag, 0.5) * 1000:.1f} /"
             f" {percentile(lag, 0.99) * 1000:.1f} | {statistics.median(size):.0f} / {max(size)} |"
         )
     print("\n".join(lines))
