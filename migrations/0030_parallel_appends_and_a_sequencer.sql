@@ -216,8 +216,11 @@ BEGIN
             total := total + 1;
             prefixes[total] := parts[2 * k - 1];
             suffixes[total] := parts[2 * k];
-            -- Parsed to check that it is JSON at all, and for its stream and version.
-            document := (parts[2 * k - 1] || '0' || parts[2 * k])::jsonb;
+            -- The whole document is checked to be JSON here (as json: checked, not built), so
+            -- that nothing the sequencer cannot parse ever reaches it; the stream and version
+            -- come from the suffix alone ("recorded_at" to "version", a few dozen bytes).
+            PERFORM (parts[2 * k - 1] || '0' || parts[2 * k])::json;
+            document := ('{' || substr(parts[2 * k], 2))::jsonb;
             stream_id := document ->> 'stream_id';
             version := (document ->> 'version')::integer;
             event_streams[total] := stream_id;
@@ -358,7 +361,7 @@ BEGIN
         IF this_key IS NOT NULL THEN
             INSERT INTO public.idempotency_keys (key, fingerprint, result, recorded_at)
             VALUES (this_key, request_fingerprints[a], result_document,
-                    ((prefixes[event_start[a]] || '0' || suffixes[event_start[a]])::jsonb
+                    (('{' || substr(suffixes[event_start[a]], 2))::jsonb
                      ->> 'recorded_at')::timestamptz)
             ON CONFLICT (key) DO NOTHING;
             IF NOT FOUND THEN
@@ -378,7 +381,7 @@ BEGIN
             IF answers[a] IS NOT NULL THEN
                 INSERT INTO public.idempotency_responses (key, response, recorded_at)
                 VALUES (this_key, answers[a],
-                        ((prefixes[event_start[a]] || '0' || suffixes[event_start[a]])::jsonb
+                        (('{' || substr(suffixes[event_start[a]], 2))::jsonb
                          ->> 'recorded_at')::timestamptz);
             END IF;
         END IF;
