@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections import deque
@@ -53,6 +54,8 @@ from events.store import (
     utc_now,
 )
 from events.upcasting import Upcasters
+
+log = logging.getLogger(__name__)
 
 APP_ROLE: Final = "shoebox_app"
 APP_URL_VARIABLE: Final = "SHOEBOX_APP_DATABASE_URL"
@@ -522,7 +525,12 @@ class PostgresEventStore(EventStore):
                 return stored
             return replace(stored, response=orjson.loads(replayed_response))
         if self._sequencing == "inline":
-            self.sequence(append_id)
+            try:
+                self.sequence(append_id)
+            except psycopg.Error as error:
+                # The append is durable and answered as such: it keeps its place in the
+                # sequencer's order, and the next batch (this store's or the role's) places it.
+                log.warning("appended, but could not sequence it now: %s", error)
         return AppendResult.of(streams)
 
     def sequence(self, append_id: int | None = None) -> None:
