@@ -8,6 +8,7 @@ undealt cards as a JSON list would hold them. Once the shoe retires, its seed is
 
 import json
 import re
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -15,7 +16,10 @@ from werkzeug.test import TestResponse
 
 from domain.cards import card_code
 from domain.shoe import commitment, shuffle_shoe
+from events.merkle_store import PostgresTree
 from events.postgres import Pool, PostgresEventStore
+from service.application.actor import Actor
+from service.application.checkpoints import CheckpointService, SigningKey, TreeSigning
 from service.application.keys import Role
 from service.application.read_models.queries import ProjectionService
 from service.runtime.container import Container
@@ -69,10 +73,29 @@ def holds_in_order(body: str, codes: list[str]) -> bool:
     return re.search(pattern, body) is not None
 
 
-def read_everything(api: Api) -> None:
+SIGNER = Actor("checkpointer", "system")
+
+# The GETs whose query parameters are required, with the query they are read with.
+_QUERIES = {
+    "/v1/log/proof/inclusion": "?index=0&size={size}",
+    "/v1/log/proof/consistency": "?from=1&to={size}",
+    "/v1/rounds/<round_id>/proof": "?size={size}",
+}
+
+
+# A front end gets a round's proof only once its shoe is revealed (403 before); a regulator
+# gets it at once, and it must not leak what is still secret to them either.
+_REGULATORS_ONLY_UNTIL_REVEALED = {"/v1/rounds/<round_id>/proof"}
+
+
+def read_everything(api: Api, signer: CheckpointService) -> None:
     """Call every GET endpoint the app serves, for the table, each player, round and shoe."""
     assert api.projections is not None
     api.projections.catch_up()  # the read models lag the log by a moment; not for this check
+    # A tree checkpoint of the log as it is now, so that its proofs have a size to be read at.
+    signer.sign_head(SIGNER)
+    noted = signer.latest_tree()
+    assert noted is not None
     wiring = api.app.extensions[EXTENSION]
     assert isinstance(wiring, Container)
     table = wiring.games.table("T1")
@@ -95,12 +118,15 @@ def read_everything(api: Api) -> None:
             "<shoe_id>" in template and table.live_shoe is None
         ):
             continue  # nothing to read yet, so nothing that could leak
+        query = _QUERIES.get(template, "").format(size=noted.size)
         for player in PLAYERS if "<player_id>" in template else PLAYERS[:1]:
-            path = template.replace("<player_id>", player)
+            path = template.replace("<player_id>", player) + query
             for placeholder, value in names.items():
                 path = path.replace(placeholder, value)
             allowed = sorted(endpoint_roles(api.app, rule.endpoint, "GET") or ())
             role = allowed[number % len(allowed)] if allowed else roles[0]
+            if template in _REGULATORS_ONLY_UNTIL_REVEALED:
+                role = Role.REGULATOR
             response = api.call("GET", path, role=role)
             assert response.status_code == 200, (path, response.get_json(force=True))
 
@@ -115,12 +141,22 @@ def test_a_whole_shoe_never_shows_its_seed_or_next_cards_until_it_is_revealed(
     )
     watch = Watch(api)
     api.on_response = watch
+    tree = PostgresTree(app_pool)
+    wiring = api.app.extensions[EXTENSION]
+    assert isinstance(wiring, Container)
+    api.app.extensions[EXTENSION] = replace(wiring, tree=tree)
+    signer = CheckpointService(
+        api.store,
+        api.clock,
+        SigningKey.from_seed(bytes(32)),
+        tree=TreeSigning(tree, "t.example/log"),
+    )
     api.create_table("T1", seats=2, decks=1)
     for seat, player in enumerate(PLAYERS, start=1):
         api.fund(player, 1_000_000)
         api.sit("T1", player, seat)
     api.ok("POST", "/v1/tables/T1/chat", {"player_id": "alice", "text": "good luck"}, status=201)
-    read_everything(api)
+    read_everything(api, signer)
     holds = holds_in_order('[{"a":1},"4D", "KS","2H" ,"TC"]', ["4D", "KS", "2H", "TC"])
     assert holds, "the card search must find a planted sequence"
 
@@ -131,11 +167,11 @@ def test_a_whole_shoe_never_shows_its_seed_or_next_cards_until_it_is_revealed(
         assert rounds < 30, "a one-deck shoe retires within 30 coups"
         for spot, player in zip(("banker", "player"), PLAYERS, strict=True):
             api.bet("T1", player, spot, 1_000)
-            read_everything(api)
+            read_everything(api, signer)
         if rounds == 1:
             first_commitment = api.state()["shoe"]["server_seed_hash"]
         last: dict[str, Any] = api.act("T1", "deal", "alice")
-        read_everything(api)
+        read_everything(api, signer)
         if not timed_out:
             # Once in the shoe, Bob never acts: the window closes on the next write.
             timed_out = True
@@ -146,7 +182,7 @@ def test_a_whole_shoe_never_shows_its_seed_or_next_cards_until_it_is_revealed(
         else:
             last = api.act("T1", "deal", "bob")
             assert last["coup"] is not None
-        read_everything(api)
+        read_everything(api, signer)
 
     (seed,) = watch.revealed
     assert commitment(seed) == first_commitment

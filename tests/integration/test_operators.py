@@ -164,6 +164,7 @@ def test_another_operators_player_is_shown_by_seat_and_alias_never_by_id(
 BODIES: dict[tuple[str, str], dict[str, Any]] = {
     ("POST", "/v1/tables/{table_id}/bets"): {"spot": "player", "stake_pence": 100},
     ("POST", "/v1/tables/{table_id}/seats"): {"seat": 5},
+    ("PUT", "/v1/tables/{table_id}/seats/{player_id}"): {"seat": 6},
     ("POST", "/v1/tables/{table_id}/deal"): {},
     ("POST", "/v1/tables/{table_id}/pass"): {},
     ("POST", "/v1/tables/{table_id}/rebet"): {},
