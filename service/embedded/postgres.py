@@ -199,6 +199,11 @@ class EmbeddedPostgres(SharedServer):
         )
 
     def _run(self, program: str, *arguments: str | Path) -> tuple[int, str]:
+        # Every time, not only at the start: another program may have taken the search bit
+        # back from an ancestor since (pytest resets /tmp/pytest-of-<user> to 0700 whenever a
+        # run, or another xdist worker, starts), and then pg_ctl stop cannot reach pgdata.
+        if self._account is not None and self.pgdata.exists():
+            _grant_search(self.pgdata)
         return run_as(
             self._account,
             [self._binary(program), *arguments],

@@ -65,6 +65,22 @@ def test_embedded_postgres_keeps_its_data_across_restarts(tmp_path: Path) -> Non
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root hands the cluster to another account")
+def test_embedded_postgres_stops_though_an_ancestor_lost_its_search_bit_meanwhile(
+    tmp_path: Path,
+) -> None:
+    # What pytest does to /tmp/pytest-of-<user> whenever another run or xdist worker starts:
+    # back to 0700, which took the server's own account's way to its data.
+    guarded = tmp_path / "guarded"
+    guarded.mkdir()
+    data_dir = guarded / "postgres"
+    with EmbeddedPostgres(data_dir) as server:
+        assert answers(server.url)
+        guarded.chmod(0o700)
+    assert not (data_dir / "pgdata" / "postmaster.pid").exists()
+
+
+@pytest.mark.slow
 def test_embedded_postgres_connects_as_superuser_postgres_over_tcp(cluster_dir: Path) -> None:
     with EmbeddedPostgres(cluster_dir) as server:
         assert server.url == f"postgresql://postgres@127.0.0.1:{server.port}/postgres"
