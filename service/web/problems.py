@@ -38,7 +38,13 @@ from werkzeug.exceptions import HTTPException
 
 from domain.errors import DomainError
 from events.deadlines import DeadlinePassed
-from events.store import AppendTimedOut, ConcurrencyConflict, IdempotencyKeyReused, JsonValue
+from events.store import (
+    AppendTimedOut,
+    ConcurrencyConflict,
+    IdempotencyKeyReused,
+    JsonValue,
+    LogBusy,
+)
 from service.application.errors import Conflict, NotFound, ServiceError
 
 _logger = logging.getLogger(__name__)
@@ -347,7 +353,14 @@ def register_problem_handlers(app: Flask) -> None:
         ).response()
 
     @app.errorhandler(AppendTimedOut)
-    def _busy(error: AppendTimedOut) -> Response:
+    @app.errorhandler(LogBusy)
+    def _busy(error: AppendTimedOut | LogBusy) -> Response:
+        # Why, in the log and in shoebox_log_busy_total: a stream's lock waited too long, or
+        # the sequencer is behind (or absent) by more than its bound.
+        from service.runtime import metrics  # as operations.py: only once the app runs
+
+        reason = "sequencer-behind" if isinstance(error, LogBusy) else "stream-lock"
+        metrics.LOG_BUSY.labels(reason).inc()
         _logger.warning("request %s: %s", g.get("request_id", "-"), error)
         return log_busy().response()
 
