@@ -42,6 +42,10 @@ STANDBY_POLL_SECONDS: Final = 0.5
 """How often a standby tries to take the role: well within the 2 s a takeover may take."""
 RETRY_SECONDS: Final = 0.5
 """How long a candidate waits after losing its connection before it connects again."""
+STOP_SECONDS: Final = 1.0
+"""How long `stop` waits for the role's thread at each of its two steps: its own leaving, then
+the cancel of a statement in flight. A process told to stop (service/runtime/stopping.py)
+must leave within seconds, and this was a join of up to 5 s on top of the work in hand."""
 
 _TAKE_ROLE = "SELECT pg_try_advisory_lock(hashtext('shoebox_sequencer'))"
 _SEQUENCE = "SELECT sequenced, last_position, oldest_wait FROM sequence_appends(%s, %s)"
@@ -111,6 +115,8 @@ class SequencerRole:
         self._standby_poll = standby_poll_seconds
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        # The role's connection while it has one: `stop` cancels its statement in flight.
+        self._conn: Connection[TupleRow] | None = None
         self.active = False
         """True while this process is the sequencer."""
 
@@ -119,20 +125,45 @@ class SequencerRole:
         self._thread = threading.Thread(target=self._run, name="sequencer", daemon=True)
         self._thread.start()
 
-    def stop(self, timeout: float = 5.0) -> None:
-        """Give the role up: the lock goes with the connection, to a standby at once."""
+    def stop(self, timeout: float = STOP_SECONDS) -> None:
+        """Give the role up: the lock goes with the connection, to a standby at once.
+
+        Bounded: a thread still in a statement after `timeout` (a batch waiting on a lock, a
+        server that stopped answering) has the statement cancelled, and is left behind, a
+        daemon, if even that does not end it within `timeout` more: the process's exit closes
+        its connection, which gives up the lock, and a batch not committed leaves no trace.
+        """
         self._stopping.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
+        thread = self._thread
+        if thread is None:
+            return
+        thread.join(timeout)
+        if not thread.is_alive():
+            return
+        conn = self._conn
+        if conn is not None:
+            try:
+                conn.cancel_safe(timeout=timeout)
+            except (psycopg.Error, OSError) as error:
+                log.warning("sequencer: could not cancel its statement to stop: %s", error)
+        thread.join(timeout)
+        if thread.is_alive():
+            log.warning("sequencer: still in a statement after the stop; leaving it behind")
 
     def _run(self) -> None:
         while not self._stopping.is_set():
             try:
                 with self._connect() as conn:
                     conn.autocommit = True
-                    self._serve(conn)
+                    self._conn = conn
+                    try:
+                        self._serve(conn)
+                    finally:
+                        self._conn = None
             except psycopg.Error as error:
-                log.warning("sequencer: lost its connection (%s); trying again", error)
+                # Once stopping, most likely the stop's own cancel: nothing to report.
+                if not self._stopping.is_set():
+                    log.warning("sequencer: lost its connection (%s); trying again", error)
             except Exception:
                 log.exception("sequencer: failed; trying again")
             self._set_active(False)

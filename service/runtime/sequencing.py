@@ -14,6 +14,7 @@ import psycopg
 from psycopg import Connection
 from psycopg.rows import TupleRow
 
+from events.postgres import connect_kwargs
 from events.sequencer import Batch, SequencerRole
 from service.runtime.failpoints import sequencer_batch_hook
 
@@ -27,7 +28,9 @@ def start_sequencer_role(conninfo: str) -> SequencerRole:
     from service.runtime import metrics
 
     def connect() -> Connection[TupleRow]:
-        return psycopg.connect(conninfo, autocommit=True)
+        # Bounded as the pools' are: unbounded, an attempt on a hung server waits minutes,
+        # and the process's stop with it.
+        return psycopg.connect(conninfo, autocommit=True, **connect_kwargs(conninfo))
 
     def observe(batch: Batch) -> None:
         metrics.SEQUENCER_BATCH_EVENTS.observe(batch.events)

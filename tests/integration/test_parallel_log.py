@@ -21,7 +21,7 @@ import pytest
 
 from events.canonical import verify_chain
 from events.postgres import Pool, PostgresEventStore, app_conninfo, append_documents
-from events.sequencer import SequencerRole, sequence_batch
+from events.sequencer import STOP_SECONDS, SequencerRole, sequence_batch
 from events.store import (
     UNSEQUENCED,
     ConcurrencyConflict,
@@ -343,3 +343,28 @@ def test_appends_are_refused_as_log_busy_when_no_sequencer_places_them(app_pool:
     store.append([StreamAppend("wallet:b", 0, [stake(1)])], DEALER)
     store.sequence()
     assert [e.stream_id for e in store.read_all()] == ["wallet:a", "wallet:b"]
+
+
+def test_a_sequencer_told_to_stop_gives_up_the_role_in_seconds_while_its_batch_waits(
+    fresh_database: str,
+) -> None:
+    # The process's stop (service/runtime/stopping.py) must not wait on a batch that waits:
+    # here on a lock, as it would on a stalled server. stop() once joined for 5 s and left
+    # the thread in its statement, still holding the role.
+    conninfo = app_conninfo(fresh_database, environ={})
+    role = SequencerRole(lambda: psycopg.connect(conninfo))
+    role.start()
+    deadline = time.monotonic() + 30
+    while not role.active:
+        assert time.monotonic() < deadline, "the role was never taken"
+        time.sleep(0.02)
+    with psycopg.connect(fresh_database) as blocker, psycopg.connect(conninfo) as other:
+        blocker.execute("LOCK TABLE unsequenced_events IN ACCESS EXCLUSIVE MODE")
+        time.sleep(0.3)  # the role's next batch is now waiting for the table
+        started = time.monotonic()
+        role.stop()
+        took = time.monotonic() - started
+        row = other.execute("SELECT pg_try_advisory_lock(hashtext('shoebox_sequencer'))").fetchone()
+    assert row == (True,), "the stopped role still holds the sequencer's lock"
+    assert not role.active
+    assert took < 2 * STOP_SECONDS + 1, took
