@@ -20,6 +20,7 @@ import psycopg
 import pytest
 
 from events.canonical import verify_chain
+from events.merkle_store import PostgresTree
 from events.postgres import Pool, PostgresEventStore, app_conninfo, append_documents
 from events.sequencer import STOP_SECONDS, SequencerRole, sequence_batch
 from events.store import (
@@ -32,6 +33,9 @@ from events.store import (
     StreamAppend,
     utc_now,
 )
+from service.application.actor import Actor
+from service.application.checkpoints import STREAM as CHECKPOINTS
+from service.application.checkpoints import CheckpointService, SigningKey, TreeSigning
 
 DEALER = EventMetadata(actor="dealer-7", role="dealer")
 
@@ -368,3 +372,34 @@ def test_a_sequencer_told_to_stop_gives_up_the_role_in_seconds_while_its_batch_w
     assert row == (True,), "the stopped role still holds the sequencer's lock"
     assert not role.active
     assert took < 2 * STOP_SECONDS + 1, took
+
+
+def test_a_checkpoint_the_sequencer_has_not_placed_yet_is_not_signed_again(
+    app_pool: Pool,
+) -> None:
+    # The checkpoint job runs every minute that saw appends; its own append waits for the
+    # sequencer like any other, and the head meanwhile is still the event it signed.
+    store = PostgresEventStore(app_pool, sequencing="background")
+    signer = CheckpointService(
+        store,
+        utc_now,
+        SigningKey.from_seed(bytes(32)),
+        tree=TreeSigning(PostgresTree(app_pool), "x"),
+    )
+    checkpointer = Actor("checkpointer", "system")
+    store.append([StreamAppend("wallet:a", 0, [stake(1), stake(2)])], DEALER)
+    store.sequence()
+    first = signer.sign_if_due(checkpointer)
+    assert first is not None
+    assert first.position == 2
+    assert store.head() == 2  # the checkpoint is durable, not yet placed
+    assert signer.sign_if_due(checkpointer) is None
+    store.sequence()
+    assert signer.sign_if_due(checkpointer) is None  # nothing since but the checkpoint
+    store.append([StreamAppend("wallet:a", 2, [stake(3)])], DEALER)
+    store.sequence()
+    later = signer.sign_if_due(checkpointer)
+    assert later is not None
+    assert later.position == 5  # after the checkpoint's two events, chain and tree
+    store.sequence()
+    assert [e.payload["position"] for e in store.read_stream(CHECKPOINTS)] == [2, 5]
