@@ -663,7 +663,15 @@ class PostgresEventStore(EventStore):
                 batch = sequence_batch(conn, wait=False)
                 if batch is None:
                     if append_id is not None:
-                        wait_until_sequenced(conn, [append_id], SEQUENCED_WAIT.total_seconds())
+                        # Within the caller's deadline too (events/deadlines.py), with the
+                        # append's margin: the append is durable, and its answer must not
+                        # wait past the deadline for its position.
+                        wait = SEQUENCED_WAIT
+                        left = deadlines.remaining()
+                        if left is not None:
+                            wait = min(wait, timedelta(seconds=left) - DEADLINE_MARGIN)
+                        if wait > timedelta(0):
+                            wait_until_sequenced(conn, [append_id], wait.total_seconds())
                     return
                 if batch.events < MAX_APPENDS:
                     # Not a full batch: it took every append committed before it began, this

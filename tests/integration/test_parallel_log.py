@@ -19,6 +19,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from events import deadlines
 from events.canonical import verify_chain
 from events.merkle_store import PostgresTree
 from events.postgres import Pool, PostgresEventStore, app_conninfo, append_documents
@@ -403,3 +404,23 @@ def test_a_checkpoint_the_sequencer_has_not_placed_yet_is_not_signed_again(
     assert later.position == 5  # after the checkpoint's two events, chain and tree
     store.sequence()
     assert [e.payload["position"] for e in store.read_stream(CHECKPOINTS)] == [2, 5]
+
+
+def test_an_inline_append_waits_for_another_sequencer_no_longer_than_its_deadline(
+    app_pool: Pool, fresh_database: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = PostgresEventStore(app_pool)  # inline
+    with psycopg.connect(app_conninfo(fresh_database, environ={}), autocommit=True) as other:
+        # Another process holds the role and places nothing: the append waits for it.
+        other.execute("SELECT pg_advisory_lock(hashtext('shoebox_sequencer'))")
+        started = time.monotonic()
+        with caplog.at_level("WARNING"), deadlines.until(started + 0.5):
+            result = store.append([StreamAppend("wallet:a", 0, [stake(1)])], DEALER)
+        took = time.monotonic() - started
+    assert result.versions == {"wallet:a": 1}
+    # Answered as durable in its time; its wait ended by its own bound, not by the deadline
+    # closing a connection under it (which the store logs as a failure to sequence).
+    assert took < 1.5, took
+    assert "could not sequence" not in caplog.text
+    store.sequence()
+    assert [e.stream_id for e in store.read_all()] == ["wallet:a"]
