@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -656,27 +657,37 @@ class PostgresEventStore(EventStore):
         """Place committed appends in the log now, or wait (bounded) for the sequencer to.
 
         Runs batches until everything committed so far is sequenced, unless another session
-        holds the sequencer's lock: then waits for `append_id` (if given) to be placed.
+        holds the sequencer's lock: then, for `append_id` (if given), tries the lock again
+        until the append is placed (by either), for SEQUENCED_WAIT or the caller's deadline.
         """
+        # Within the caller's deadline too (events/deadlines.py), with the append's margin:
+        # the append is durable, and its answer must not wait past the deadline for its place.
+        wait = SEQUENCED_WAIT
+        left = deadlines.remaining()
+        if left is not None:
+            wait = min(wait, timedelta(seconds=left) - DEADLINE_MARGIN)
+        give_up = time.monotonic() + wait.total_seconds()
+        pause = 0.001
         with _one_statement(self._pool) as conn:
             while True:
                 batch = sequence_batch(conn, wait=False)
-                if batch is None:
-                    if append_id is not None:
-                        # Within the caller's deadline too (events/deadlines.py), with the
-                        # append's margin: the append is durable, and its answer must not
-                        # wait past the deadline for its position.
-                        wait = SEQUENCED_WAIT
-                        left = deadlines.remaining()
-                        if left is not None:
-                            wait = min(wait, timedelta(seconds=left) - DEADLINE_MARGIN)
-                        if wait > timedelta(0):
-                            wait_until_sequenced(conn, [append_id], wait.total_seconds())
+                if batch is not None:
+                    if batch.events < MAX_APPENDS:
+                        # Not a full batch: it took every append committed before it began,
+                        # this one's included.
+                        return
+                    continue
+                if append_id is None or time.monotonic() >= give_up:
                     return
-                if batch.events < MAX_APPENDS:
-                    # Not a full batch: it took every append committed before it began, this
-                    # one's included.
+                # Another session holds the sequencer's lock. The role places the append
+                # within its poll, but another inline store's batch may have begun before
+                # this append committed and end without it: so the lock is tried again too,
+                # not only waited on (waiting alone left appends unplaced for 5 s, and the
+                # log refusing every append meanwhile).
+                if wait_until_sequenced(conn, [append_id], 0):
                     return
+                time.sleep(pause)
+                pause = min(pause * 2, 0.02)
 
     def _append_batch(self, batch: Sequence[_PendingAppend]) -> None:
         """One call of append_batch() for these appends; each gets its row or the error."""
