@@ -102,8 +102,8 @@ BACKLOG_BOUND: Final = timedelta(seconds=2)
 SEQUENCED_WAIT: Final = timedelta(seconds=5)
 """How long an inline-sequencing store waits for another sequencer to place its append."""
 STATEMENT_TIMEOUT: Final = timedelta(seconds=5)
-"""How long an append may wait in all. Its one wait is for the log's lock, bounded by the
-smaller of this and the lock's own bound; the rest of the statement is bounded by its size."""
+"""How long an append may wait in all. Its one wait is for its streams' row locks, bounded by
+the smaller of this and the lock's own bound; the rest of the statement is bounded by its size."""
 READ_AHEAD: Final = 2
 """Batches that iter_all and iter_rows keep in flight, each on a pooled connection of its own.
 
@@ -520,8 +520,8 @@ class _GroupCommit:
     The first append to arrive while no call is in flight leads: it sends itself at once. The
     appends that arrive while a call is in flight queue up, and when it returns one of them
     leads the next call for all of them. So a lone append waits for nothing, and under load one
-    lock, one commit and one disk flush serve many appends: the log's lock is held through
-    the commit, which made appends run at one per flush whatever the number of tables.
+    commit and one disk flush serve many appends. (Under the log's lock of before migration
+    0030, held through the commit, it was what let appends run faster than one per flush.)
     """
 
     def __init__(self, send: Callable[[Sequence[_PendingAppend]], None]) -> None:

@@ -63,7 +63,7 @@ class UnknownIdempotencyKey(EventStoreError):  # noqa: N818
 
 
 class AppendTimedOut(EventStoreError):  # noqa: N818
-    """An append waited too long for the log's lock, or ran too long; nothing was appended.
+    """An append waited too long for its streams' row locks, or ran too long; nothing was appended.
 
     Retrying later is safe and usually works: the wait is bounded so that a stuck append
     (a long lock held by hand, an overloaded server) costs callers a quick refusal, not a hang.
