@@ -548,7 +548,7 @@ class _GroupCommit:
                     continue
                 if pending in self._queue:
                     self._queue.remove(pending)
-                    raise AppendTimedOut("its turn in the log's queue")
+                    raise AppendTimedOut("its turn in the log's queue", by_deadline=True)
                 # In a batch already: its call is bounded by this very deadline.
                 self._turn.wait(0.05)
             if pending.done:
@@ -722,7 +722,7 @@ class PostgresEventStore(EventStore):
             if isinstance(typed, AppendTimedOut) and self._statement_binds:
                 typed = AppendTimedOut("its statement to finish")
             if isinstance(typed, AppendTimedOut) and deadline_binds:
-                typed = AppendTimedOut("the log within the request's time")
+                typed = AppendTimedOut("the log within the request's time", by_deadline=True)
             if typed is None and len(batch) > 1 and not isinstance(error, psycopg.OperationalError):
                 # An error of one append's own making (the function refuses malformed input)
                 # fails the whole transaction: try each alone, so only its own caller sees it.
@@ -753,7 +753,7 @@ class PostgresEventStore(EventStore):
             return self._wait_limit, False
         server_left = timedelta(seconds=left) - DEADLINE_MARGIN
         if server_left <= timedelta(0):
-            raise AppendTimedOut("the log within the request's time")
+            raise AppendTimedOut("the log within the request's time", by_deadline=True)
         if server_left < self._wait_limit:
             return server_left, True
         return self._wait_limit, False

@@ -69,9 +69,12 @@ class AppendTimedOut(EventStoreError):  # noqa: N818
     (a long lock held by hand, an overloaded server) costs callers a quick refusal, not a hang.
     """
 
-    def __init__(self, waited_for: str) -> None:
+    def __init__(self, waited_for: str, *, by_deadline: bool = False) -> None:
         super().__init__(f"the append gave up waiting for {waited_for}; nothing was appended")
         self.waited_for = waited_for
+        # True when the caller's deadline (events/deadlines.py) ended the wait, not the
+        # append's own bound: an operator tells a slow request from a contended stream so.
+        self.by_deadline = by_deadline
 
 
 class LogBusy(EventStoreError):  # noqa: N818

@@ -106,7 +106,8 @@ SEQUENCER_ACTIVE = Gauge(
 )
 LOG_BUSY = Counter(
     "shoebox_log_busy_total",
-    "Appends refused with 503 log-busy, by why: the sequencer behind, or a stream's lock.",
+    "Appends refused with 503 log-busy, by why: the sequencer behind, a stream's lock, or"
+    " the request's deadline.",
     ["reason"],
 )
 

@@ -355,12 +355,10 @@ def register_problem_handlers(app: Flask) -> None:
     @app.errorhandler(AppendTimedOut)
     @app.errorhandler(LogBusy)
     def _busy(error: AppendTimedOut | LogBusy) -> Response:
-        # Why, in the log and in shoebox_log_busy_total: a stream's lock waited too long, or
-        # the sequencer is behind (or absent) by more than its bound.
+        # Why, in the log and in shoebox_log_busy_total.
         from service.runtime import metrics  # as operations.py: only once the app runs
 
-        reason = "sequencer-behind" if isinstance(error, LogBusy) else "stream-lock"
-        metrics.LOG_BUSY.labels(reason).inc()
+        metrics.LOG_BUSY.labels(log_busy_reason(error)).inc()
         _logger.warning("request %s: %s", g.get("request_id", "-"), error)
         return log_busy().response()
 
@@ -382,6 +380,15 @@ def register_problem_handlers(app: Flask) -> None:
 
 RETRY_AFTER_SECONDS: Final = 1
 """What a 503 log-busy tells a client to wait: an append's lock wait is bounded at seconds."""
+
+
+def log_busy_reason(error: AppendTimedOut | LogBusy) -> str:
+    """Why a write was refused as log-busy, as shoebox_log_busy_total's `reason` says it."""
+    if isinstance(error, LogBusy):
+        return "sequencer-behind"  # behind (or absent) by more than its bound
+    if error.by_deadline:
+        return "request-deadline"  # the request's time ran out first (issue 21)
+    return "stream-lock"  # a stream's row lock, or the statement's own bound
 
 
 def log_busy() -> Problem:
