@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Collection, Sequence
+from dataclasses import replace
 
 from events.canonical import chain_events, normalise
 from events.store import (
@@ -34,7 +35,9 @@ class InMemoryEventStore(EventStore):
 
     def __init__(self, clock: Clock = utc_now, upcasters: Upcasters | None = None) -> None:
         super().__init__(clock, upcasters)
-        # One lock plays the part of PostgreSQL's exclusive table lock: appends are serial.
+        # One lock plays the part of PostgreSQL's row locks and of the sequencer at once: each
+        # append is sequenced as it is recorded, as the PostgreSQL store's inline sequencing
+        # does, so a read by position after an append sees it.
         self._lock = threading.Lock()
         self._log: list[RecordedEvent] = []
         self._streams: dict[str, list[RecordedEvent]] = {}
@@ -69,11 +72,7 @@ class InMemoryEventStore(EventStore):
             for record in records:
                 self._log.append(record)
                 self._streams.setdefault(record.stream_id, []).append(record)
-            result = AppendResult(
-                records[0].position,
-                records[-1].position,
-                {s.stream_id: s.expected_version + len(s.events) for s in streams},
-            )
+            result = AppendResult.of(streams)
             if idempotency is not None:
                 self._idempotency[idempotency.key] = (idempotency.fingerprint, result)
                 if idempotency.response is not None:
@@ -85,13 +84,7 @@ class InMemoryEventStore(EventStore):
         fingerprint, result = self._idempotency[idempotency.key]
         if fingerprint != idempotency.fingerprint:
             raise IdempotencyKeyReused(idempotency.key)
-        return AppendResult(
-            result.first_position,
-            result.last_position,
-            result.versions,
-            replayed=True,
-            response=self._responses.get(idempotency.key),
-        )
+        return replace(result, replayed=True, response=self._responses.get(idempotency.key))
 
     def read_stream(
         self, stream_id: str, from_version: int = 1, *, upcast: bool = True

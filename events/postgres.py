@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any, Final, TypeVar, cast
+from typing import Any, Final, Literal, TypeVar, cast
 
 import orjson
 import psycopg
@@ -29,6 +31,7 @@ from events.canonical import (
     normalise,
     split_event_documents,
 )
+from events.sequencer import MAX_APPENDS, sequence_batch, wait_until_sequenced
 from events.store import (
     AppendResult,
     AppendTimedOut,
@@ -42,6 +45,7 @@ from events.store import (
     IdempotencyRecord,
     JsonObject,
     JsonValue,
+    LogBusy,
     RecordedEvent,
     ShoeSecretAlreadyStored,
     StreamAppend,
@@ -53,42 +57,53 @@ from events.store import (
 )
 from events.upcasting import Upcasters
 
+log = logging.getLogger(__name__)
+
 APP_ROLE: Final = "shoebox_app"
 APP_URL_VARIABLE: Final = "SHOEBOX_APP_DATABASE_URL"
 
 Pool = ConnectionPool[Connection[TupleRow]]
 T = TypeVar("T")
+Sequencing = Literal["inline", "background"]
+"""Who places a store's appends in the log: the store itself, before `append` returns
+("inline": tests, one-off commands, a process alone), or the sequencer's role in a long-running
+process ("background": the API's bets never wait for it)."""
+_DEADLOCK_RETRIES: Final = 3
 
-# migrations/0002: lock, idempotency key, versions, positions, hashes, insert and NOTIFY, all
-# in one statement run in autocommit, so that the statement is the whole transaction. Since
-# 0004 it records max(our clock's reading, the head's recorded_at): the reading is taken
-# before the lock, and the log's time must never run backwards along its positions.
-# Since 0011 several appends go in one call (group commit), each storing the response to its
-# idempotency key in the same transaction; a replay returns the stored response beside the
-# stored result, and a refused append is reported in its row.
-# Since 0014 each append also names its guards (streams it read and adds nothing to), which
-# the function checks with the append's own streams.
+# migrations/0030: row locks on the streams' heads in sorted order, the idempotency key, the
+# versions, and the events written without positions into unsequenced_events, all in one
+# statement run in autocommit, so that the statement is the whole transaction. Several appends
+# go in one call (group commit: one commit and one disk flush for all of them), each storing
+# the response to its idempotency key in the same transaction; a replay returns the stored
+# result and response, and a refused append is reported in its row. Each append also names its
+# guards (streams it read and adds nothing to). The sequencer gives positions later
+# (events/sequencer.py).
 _APPEND_BATCH = (
-    "SELECT first_position, last_position, replayed_result, replayed_response, error_code,"
-    " error_detail FROM append_batch(%b::text[], %b::text[], %b::text[], %b::text[],"
-    " %b::text[], %s)"
+    "SELECT append_id, replayed_result, replayed_response, error_code, error_detail"
+    " FROM append_batch(%b::text[], %b::text[], %b::text[], %b::text[], %b::text[], %s, %s)"
 )
 # %b: in binary, a text array's elements travel as they are; the text format escapes every
 # double quote of every document with a regular expression, which cost a bet more time than
-# the rest of its Python together. The last argument bounds the append's wait for the log's
-# lock (migration 0013), so the append is one statement and one round trip.
+# the rest of its Python together. The two last arguments bound the append's wait for its
+# rows' locks and the sequencer's backlog, so the append is one statement and one round trip.
 MAX_BATCH: Final = 64
 """Appends in one call at most: a bound on one statement's work and on the lock's hold."""
 _CONCURRENCY_CONFLICT = "SB001"
+_LOG_BUSY = "SB003"
+_DEADLOCK = "40P01"
 _LOCK_NOT_AVAILABLE = "55P03"
 _QUERY_CANCELED = "57014"
 LOCK_TIMEOUT: Final = timedelta(seconds=2)
-"""How long an append waits for the log's lock. An append holds it for about a millisecond, so
-two seconds is a queue of a thousand appends: past that the server is in trouble, and a quick
-retryable refusal serves a caller better than a request that hangs."""
+"""How long an append waits for its streams' row locks. An append holds them for about a
+millisecond, so two seconds is a queue of a thousand appends to one stream: past that the
+server is in trouble, and a quick retryable refusal serves a caller better than a hang."""
+BACKLOG_BOUND: Final = timedelta(seconds=2)
+"""How far behind the sequencer may fall before appends are refused with LogBusy."""
+SEQUENCED_WAIT: Final = timedelta(seconds=5)
+"""How long an inline-sequencing store waits for another sequencer to place its append."""
 STATEMENT_TIMEOUT: Final = timedelta(seconds=5)
-"""How long an append may wait in all. Its one wait is for the log's lock, bounded by the
-smaller of this and the lock's own bound; the rest of the statement is bounded by its size."""
+"""How long an append may wait in all. Its one wait is for its streams' row locks, bounded by
+the smaller of this and the lock's own bound; the rest of the statement is bounded by its size."""
 READ_AHEAD: Final = 2
 """Batches that iter_all and iter_rows keep in flight, each on a pooled connection of its own.
 
@@ -104,15 +119,41 @@ EVENT_COLUMNS: Final = (
 )
 """The events columns in RecordedEvent's field order, for `event_rows` and `verify_rows`."""
 # Built from constants only; no caller text ever reaches the query string.
+# An unsequenced event as a row of EVENT_COLUMNS: its document rebuilt from the two halves the
+# append was sent as, position UNSEQUENCED (0) and no hashes yet.
+_UNSEQUENCED_COLUMNS = (
+    "0::bigint, u.stream_id, d.doc ->> 'category', u.version, d.doc ->> 'type',"
+    " (d.doc ->> 'schema_version')::integer, (d.doc -> 'payload')::text,"
+    " (d.doc -> 'metadata')::text, (d.doc ->> 'recorded_at')::timestamptz, '', ''"
+)
+# current_schema() is PostgreSQL's cheapest parallel-unsafe function (stable, no side effect):
+# naming it keeps the whole statement out of parallel plans, which 0012 ruled out for the log
+# (a Parallel Append over the two tables ignores the tables' parallel_workers = 0).
+_UNSEQUENCED_OF_STREAM = (
+    " FROM unsequenced_events AS u,"
+    " LATERAL (SELECT (u.prefix || '0' || u.suffix)::jsonb AS doc) AS d"
+    " WHERE current_schema() IS NOT NULL AND u.stream_id = %s"
+)
+# Both tables in one statement, so one snapshot: the sequencer moves an event from one to the
+# other in one transaction, so it is seen exactly once. Through the unique (stream_id,
+# version) index of each table.
 _READ_STREAM = (
     "SELECT " + EVENT_COLUMNS + " FROM events WHERE stream_id = %s AND version >= %s"  # noqa: S608
+    " UNION ALL SELECT " + _UNSEQUENCED_COLUMNS + _UNSEQUENCED_OF_STREAM + " AND u.version >= %s"
     " ORDER BY version"
 )
 _HEAD = "SELECT coalesce(max(position), 0) FROM events"
 # Through the primary key (stream_id, version), backwards: one row however long the stream.
-_LAST_OF_STREAM = (
-    "SELECT " + EVENT_COLUMNS + " FROM events WHERE stream_id = %s"  # noqa: S608
-    " ORDER BY version DESC LIMIT 1"
+# Built from constants only; the newest of the two tables' newest (column 4 is the version).
+_LAST_OF_STREAM = "".join(
+    [
+        "(SELECT ",
+        _UNSEQUENCED_COLUMNS,
+        _UNSEQUENCED_OF_STREAM,
+        " ORDER BY u.version DESC LIMIT 1) UNION ALL (SELECT ",
+        EVENT_COLUMNS,
+        " FROM events WHERE stream_id = %s ORDER BY version DESC LIMIT 1) ORDER BY 4 DESC LIMIT 1",
+    ]
 )
 _FIND_RECORD = """
 SELECT k.fingerprint, k.result, r.response
@@ -410,7 +451,10 @@ def _filters(
 def _store_error(error: psycopg.Error, key: str | None) -> EventStoreError | None:
     """The typed error for one of the append function's own SQLSTATEs, else None."""
     if error.sqlstate == _LOCK_NOT_AVAILABLE:
-        return AppendTimedOut("the log's lock")
+        return AppendTimedOut("its streams' locks")
+    if error.sqlstate == _LOG_BUSY:
+        behind = float(error.diag.message_detail or 0)
+        return LogBusy(behind)
     if error.sqlstate == _QUERY_CANCELED:
         return AppendTimedOut("its statement to finish")
     if error.sqlstate == _CONCURRENCY_CONFLICT and error.diag.message_detail:
@@ -476,8 +520,8 @@ class _GroupCommit:
     The first append to arrive while no call is in flight leads: it sends itself at once. The
     appends that arrive while a call is in flight queue up, and when it returns one of them
     leads the next call for all of them. So a lone append waits for nothing, and under load one
-    lock, one commit and one disk flush serve many appends: the log's lock is held through
-    the commit, which made appends run at one per flush whatever the number of tables.
+    commit and one disk flush serve many appends. (Under the log's lock of before migration
+    0030, held through the commit, it was what let appends run faster than one per flush.)
     """
 
     def __init__(self, send: Callable[[Sequence[_PendingAppend]], None]) -> None:
@@ -504,7 +548,7 @@ class _GroupCommit:
                     continue
                 if pending in self._queue:
                     self._queue.remove(pending)
-                    raise AppendTimedOut("its turn in the log's queue")
+                    raise AppendTimedOut("its turn in the log's queue", by_deadline=True)
                 # In a batch already: its call is bounded by this very deadline.
                 self._turn.wait(0.05)
             if pending.done:
@@ -543,16 +587,20 @@ class PostgresEventStore(EventStore):
         lock_timeout: timedelta = LOCK_TIMEOUT,
         statement_timeout: timedelta = STATEMENT_TIMEOUT,
         group_commit: bool = True,
+        sequencing: Sequencing = "inline",
+        backlog_bound: timedelta | None = BACKLOG_BOUND,
     ) -> None:
         super().__init__(clock, upcasters)
         self._pool = pool
-        # The append's one wait is for the log's lock (and a key's row, under it), so the two
-        # bounds are one: the smaller, set by the append on its own transaction (migration
-        # 0013), where a session setting would need two more statements a bet to set and reset.
+        # The append's one wait is for its rows' locks (and a key's row), so the two bounds
+        # are one: the smaller, set by the append on its own transaction (migration 0013),
+        # where a session setting would need two more statements a bet to set and reset.
         self._wait_limit = min(lock_timeout, statement_timeout)
         self._statement_binds = statement_timeout < lock_timeout
+        self._backlog_bound = None if backlog_bound is None else _milliseconds(backlog_bound)
         # Off only to measure what it buys (bench/contention.py): each append its own call.
         self._group = _GroupCommit(self._append_batch) if group_commit else None
+        self._sequencing = sequencing
 
     def append(
         self,
@@ -562,9 +610,11 @@ class PostgresEventStore(EventStore):
     ) -> AppendResult:
         """Append every stream's events atomically, or none; raise ConcurrencyConflict if stale.
 
+        Returns once the append is durable, with its streams' versions: its positions come
+        from the sequencer, later ("background"), or before this returns ("inline").
         Appends that arrive while this process's previous call is in flight go together in
-        the next call (group commit: one lock, one commit, one flush for all of them); a lone
-        append is sent at once.
+        the next call (group commit: one commit, one flush for all of them); a lone append is
+        sent at once.
         """
         check_appends(streams)
         metadata = stamp_metadata(metadata, idempotency)
@@ -586,7 +636,7 @@ class PostgresEventStore(EventStore):
             raise pending.error
         row = pending.row
         assert row is not None  # the batch reports every append it was given
-        first_position, last_position, replayed, replayed_response, code, detail = row
+        append_id, replayed, replayed_response, code, detail = row
         if code is not None:
             raise _refusal(code, detail, key)
         if replayed is not None:
@@ -594,11 +644,50 @@ class PostgresEventStore(EventStore):
             if replayed_response is None:
                 return stored
             return replace(stored, response=orjson.loads(replayed_response))
-        return AppendResult(
-            first_position,
-            last_position,
-            {s.stream_id: s.expected_version + len(s.events) for s in streams},
-        )
+        if self._sequencing == "inline":
+            try:
+                self.sequence(append_id)
+            except psycopg.Error as error:
+                # The append is durable and answered as such: it keeps its place in the
+                # sequencer's order, and the next batch (this store's or the role's) places it.
+                log.warning("appended, but could not sequence it now: %s", error)
+        return AppendResult.of(streams)
+
+    def sequence(self, append_id: int | None = None) -> None:
+        """Place committed appends in the log now, or wait (bounded) for the sequencer to.
+
+        Runs batches until everything committed so far is sequenced, unless another session
+        holds the sequencer's lock: then, for `append_id` (if given), tries the lock again
+        until the append is placed (by either), for SEQUENCED_WAIT or the caller's deadline.
+        """
+        # Within the caller's deadline too (events/deadlines.py), with the append's margin:
+        # the append is durable, and its answer must not wait past the deadline for its place.
+        wait = SEQUENCED_WAIT
+        left = deadlines.remaining()
+        if left is not None:
+            wait = min(wait, timedelta(seconds=left) - DEADLINE_MARGIN)
+        give_up = time.monotonic() + wait.total_seconds()
+        pause = 0.001
+        with _one_statement(self._pool) as conn:
+            while True:
+                batch = sequence_batch(conn, wait=False)
+                if batch is not None:
+                    if batch.events < MAX_APPENDS:
+                        # Not a full batch: it took every append committed before it began,
+                        # this one's included.
+                        return
+                    continue
+                if append_id is None or time.monotonic() >= give_up:
+                    return
+                # Another session holds the sequencer's lock. The role places the append
+                # within its poll, but another inline store's batch may have begun before
+                # this append committed and end without it: so the lock is tried again too,
+                # not only waited on (waiting alone left appends unplaced for 5 s, and the
+                # log refusing every append meanwhile).
+                if wait_until_sequenced(conn, [append_id], 0):
+                    return
+                time.sleep(pause)
+                pause = min(pause * 2, 0.02)
 
     def _append_batch(self, batch: Sequence[_PendingAppend]) -> None:
         """One call of append_batch() for these appends; each gets its row or the error."""
@@ -606,22 +695,34 @@ class PostgresEventStore(EventStore):
         for pending in batch:
             for column, value in zip(columns, pending.arguments(), strict=True):
                 column.append(value)
-        # One autocommit statement is one transaction and one round trip: the function's table
-        # lock is released by a commit that the server runs without waiting for us.
+        # One autocommit statement is one transaction and one round trip: the commit (and its
+        # flush) ends the statement before the server answers.
         deadline_binds = False
         try:
-            with _one_statement(self._pool) as conn:
-                # Taken after the checkout, which may have used up some of the time left.
-                wait_limit, deadline_binds = self._wait_within_deadline()
-                rows = conn.execute(
-                    _APPEND_BATCH, [*columns, _milliseconds(wait_limit)], prepare=False
-                ).fetchall()
+            for attempt in range(_DEADLOCK_RETRIES):
+                try:
+                    with _one_statement(self._pool) as conn:
+                        # Taken after the checkout (and before each retry), which may have
+                        # used up some of the time left.
+                        wait_limit, deadline_binds = self._wait_within_deadline()
+                        rows = conn.execute(
+                            _APPEND_BATCH,
+                            [*columns, _milliseconds(wait_limit), self._backlog_bound],
+                            prepare=False,
+                        ).fetchall()
+                    break
+                except psycopg.errors.DeadlockDetected:
+                    # Two batches whose keys' twins met in opposite orders (their streams are
+                    # locked in sorted order and cannot deadlock): nothing was written, and
+                    # the retry finds the twin committed. Never a client's error.
+                    if attempt == _DEADLOCK_RETRIES - 1:
+                        raise
         except psycopg.Error as error:
             typed = _store_error(error, None)
             if isinstance(typed, AppendTimedOut) and self._statement_binds:
                 typed = AppendTimedOut("its statement to finish")
             if isinstance(typed, AppendTimedOut) and deadline_binds:
-                typed = AppendTimedOut("the log within the request's time")
+                typed = AppendTimedOut("the log within the request's time", by_deadline=True)
             if typed is None and len(batch) > 1 and not isinstance(error, psycopg.OperationalError):
                 # An error of one append's own making (the function refuses malformed input)
                 # fails the whole transaction: try each alone, so only its own caller sees it.
@@ -652,7 +753,7 @@ class PostgresEventStore(EventStore):
             return self._wait_limit, False
         server_left = timedelta(seconds=left) - DEADLINE_MARGIN
         if server_left <= timedelta(0):
-            raise AppendTimedOut("the log within the request's time")
+            raise AppendTimedOut("the log within the request's time", by_deadline=True)
         if server_left < self._wait_limit:
             return server_left, True
         return self._wait_limit, False
@@ -667,7 +768,7 @@ class PostgresEventStore(EventStore):
         self, stream_id: str, from_version: int = 1, *, upcast: bool = True
     ) -> list[RecordedEvent]:
         """A stream's events from `from_version` on, upcast to their latest schema unless told."""
-        events = self._read(_READ_STREAM, [stream_id, from_version])
+        events = self._read(_READ_STREAM, [stream_id, from_version, stream_id, from_version])
         return self._upcast(events) if upcast else events
 
     def read_all(
@@ -737,11 +838,11 @@ class PostgresEventStore(EventStore):
         query = sql.SQL(
             "SELECT {} FROM events WHERE position > %s AND position <= %s{} ORDER BY position"
         ).format(sql.SQL(EVENT_COLUMNS), conditions)
-        # Why fetching ahead is safe: positions are gapless and become visible in commit order
-        # (an append holds the exclusive lock until after its commit is visible). Once a head
-        # h is visible, every position up to h has committed, so the range (a, b] with b <= h
-        # returns the same events whenever and on whichever connection it is read: a batch
-        # fetched early can never miss an event that commits late.
+        # Why fetching ahead is safe: positions are gapless and become visible in position
+        # order (only the sequencer writes events, one batch's transaction after another).
+        # Once a head h is visible, every position up to h has committed, so the range (a, b]
+        # with b <= h returns the same events whenever and on whichever connection it is read:
+        # a batch fetched early can never miss an event that commits late.
         after, head = from_position, self._head_until(to_position)
         with ThreadPoolExecutor(READ_AHEAD, thread_name_prefix="shoebox-read-ahead") as ahead:
             pending: deque[Future[list[T]]] = deque()
@@ -792,7 +893,7 @@ class PostgresEventStore(EventStore):
 
     def last_of_stream(self, stream_id: str, *, upcast: bool = True) -> RecordedEvent | None:
         """A stream's last event, or None for an empty stream."""
-        events = self._read(_LAST_OF_STREAM, [stream_id])
+        events = self._read(_LAST_OF_STREAM, [stream_id, stream_id])
         events = self._upcast(events) if upcast else events
         return events[0] if events else None
 

@@ -240,6 +240,12 @@ class CheckpointService:
         head = self._head()
         if head is None or head.type in CHECKPOINT_TYPES:
             return None
+        last = self.latest()
+        if last is not None and last.position >= head.position:
+            # The last checkpoint signed this very head, and its own events are durable but
+            # not yet placed by the sequencer (docs/scaling.md): signing again would record a
+            # second checkpoint of the same head.
+            return None
         return self._sign(head, actor)
 
     def latest(self) -> CheckpointSigned | None:

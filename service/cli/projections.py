@@ -22,21 +22,26 @@ from service.application.upcasters import upcasters
 from service.embedded import database_url
 from service.runtime.failpoints import projection_batch_hook
 from service.runtime.logs import configure_logging
+from service.runtime.sequencing import start_sequencer_role
 from service.runtime.settings import DEFAULT_API_HOST, Settings
 from service.runtime.stopping import StopWatch
 
 
 @contextmanager
-def _pool(max_size: int) -> Iterator[Pool]:
+def _pool(max_size: int, *, sequencer: bool = False) -> Iterator[Pool]:
     settings = Settings.from_env()
     with database_url(settings) as db_url:
         # Harmless when another process got there first: yoyo locks and skips the applied.
         apply_migrations(db_url)
         conninfo = settings.app_database_url or app_conninfo(db_url, environ={})
         pool = open_pool(conninfo, max_size=max_size)
+        # A long-running projector stands for the log's sequencer too (events/sequencer.py).
+        role = start_sequencer_role(conninfo) if sequencer else None
         try:
             yield pool
         finally:
+            if role is not None:
+                role.stop()
             pool.close()
 
 
@@ -106,7 +111,7 @@ def projector(
     signal.signal(signal.SIGINT, _stop)
     # One connection for the follower's passes, and two for the sweeper (its look at the
     # index, and the window it closes), and a spare.
-    with _pool(max_size=4) as pool:
+    with _pool(max_size=4, sequencer=True) as pool:
         # One follower, one transaction a pass for every model and the index of open rounds:
         # a subscription each meant a commit each per append (docs/benchmarks.md).
         following = read_models.follower(
@@ -195,7 +200,7 @@ def projections() -> None:
 def rebuild(names: tuple[str, ...]) -> None:
     """Rebuild the NAMEd read models (default: all) from position 0 and swap them in."""
     chosen = _names(names)
-    with _pool(max_size=4) as pool:
+    with _pool(max_size=4, sequencer=True) as pool:
         result = read_models.rebuild(pool, chosen)
     click.echo(
         f"rebuilt {', '.join(result.names)}: {result.events} events, up to position "

@@ -278,7 +278,7 @@ def serve(
             f" x {threads} threads" if worker_class == "gthread" else "",
         )
         ShoeboxServer(
-            lambda: create_app(wired, pool_size=size),
+            lambda: create_app(wired, pool_size=size, sequencer=True),
             gunicorn_options(binds, workers, threads, worker_class),
         ).run()
 

@@ -88,6 +88,15 @@ def worker(
             # What this process records: the windows' lateness, its appends, the rounds it dealt.
             served = MetricsServer(metrics_host, metrics_port)
             click.echo(f"worker metrics on http://{metrics_host}:{served.port}/metrics", err=True)
+        # Any long-running process may be the log's sequencer; a burst run is not one.
+        sequencer = None
+        if not burst:
+            from events.postgres import app_conninfo
+            from service.runtime.sequencing import start_sequencer_role
+
+            sequencer = start_sequencer_role(
+                settings.app_database_url or app_conninfo(db_url, environ={})
+            )
         timer: WindowTimer | None = None
         if not rebuilds:
             # Beside rq's loop, on threads of its own: a window's deadline cannot wait for a
@@ -111,6 +120,9 @@ def worker(
         finally:
             if timer is not None:
                 timer.stop()
+            if sequencer is not None:
+                # Bounded (events/sequencer.py): a batch in flight is cancelled, not awaited.
+                sequencer.stop()
             if served is not None:
                 served.stop()
             watch.stopped()

@@ -13,6 +13,7 @@ from psycopg_pool import ConnectionPool
 
 from events.merkle_store import MemoryTree, PostgresTree, TreeStore
 from events.postgres import Pool, connect_kwargs
+from events.sequencer import SequencerRole
 from events.snapshots import InMemorySnapshotStore, PostgresSnapshotStore, SnapshotStore
 from events.store import Clock, EventStore, JsonValue
 from events.stream_locks import PostgresStreamLocks
@@ -53,9 +54,13 @@ class Container:
     feed: FeedService | None = None
     # The log's Merkle tree, which the checkpoint job integrates; the API only reads it.
     tree: TreeStore = field(default_factory=MemoryTree)
+    # This process's candidacy for the sequencer's role, when its appends are left to it.
+    sequencer: SequencerRole | None = None
 
     def close(self) -> None:
         """Stop the feed's tail and release the connections create_app opened."""
+        if self.sequencer is not None:
+            self.sequencer.stop()
         if self.feed is not None:
             self.feed.tail.stop()
         if self.pool is not None:

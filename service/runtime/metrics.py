@@ -89,6 +89,29 @@ FEED_CLIENTS = Gauge(
 )
 
 
+SEQUENCER_LAG = Histogram(
+    "shoebox_sequencer_lag_seconds",
+    "How long the oldest append of each sequencer batch waited for its position.",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0),
+)
+SEQUENCER_BATCH_EVENTS = Histogram(
+    "shoebox_sequencer_batch_events",
+    "Events placed in the log by each sequencer batch.",
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048),
+)
+SEQUENCER_ACTIVE = Gauge(
+    "shoebox_sequencer_active",
+    "1 in the process that holds the sequencer's role; the sum is 1 when all is well.",
+    multiprocess_mode="livesum",
+)
+LOG_BUSY = Counter(
+    "shoebox_log_busy_total",
+    "Appends refused with 503 log-busy, by why: the sequencer behind, a stream's lock, or"
+    " the request's deadline.",
+    ["reason"],
+)
+
+
 def record_appended(streams: Sequence[StreamAppend]) -> None:
     """Count a committed append's events, and the rounds it dealt or voided."""
     for stream in streams:
@@ -179,17 +202,19 @@ def observe_window_close(deadline: datetime, closed_at: datetime) -> None:
 
 
 class ScrapeTimeGauges(Collector):
-    """The gauges read when scraped: projection lag, RQ queue depth and live workers."""
+    """The gauges read when scraped: projection lag, RQ queues and workers, the unsequenced."""
 
     def __init__(
         self,
         projection_lag: Callable[[], Mapping[str, int]] | None,
         queue_depths: Callable[[], Mapping[str, int]] | None,
         queue_workers: Callable[[], Mapping[str, int]] | None = None,
+        unsequenced: Callable[[], Mapping[str, float]] | None = None,
     ) -> None:
         self._projection_lag = projection_lag
         self._queue_depths = queue_depths
         self._queue_workers = queue_workers
+        self._unsequenced = unsequenced
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         """Yield each gauge whose source answers; log and leave out one that does not."""
@@ -213,8 +238,18 @@ class ScrapeTimeGauges(Collector):
                 "queue",
                 self._queue_workers,
             ),
+            (
+                "shoebox_log_unsequenced",
+                "Committed appends still waiting for the sequencer: how many events, and the"
+                " oldest one's age in seconds (appends are refused past 2 s).",
+                "measure",
+                self._unsequenced,
+            ),
         )
-        for name, documentation, label, source in sources:
+        sourced: tuple[tuple[str, str, str, Callable[[], Mapping[str, float]] | None], ...] = (
+            sources
+        )
+        for name, documentation, label, source in sourced:
             if source is None:
                 continue
             try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from dataclasses import replace
 from typing import Final
 from urllib.parse import quote
 
@@ -19,6 +20,7 @@ from service.application.read_models.queries import ProjectionService
 from service.application.upcasters import upcasters
 from service.runtime.container import wire
 from service.runtime.scheduler import RedisWindowScheduler
+from service.runtime.sequencing import start_sequencer_role
 from service.runtime.settings import Settings, SettingsError
 from service.web import idempotency, operators, rate_limits
 from service.web.api import (
@@ -87,6 +89,7 @@ def create_app(
     scheduler: WindowScheduler | None = None,
     pool_size: int = DEFAULT_POOL_SIZE,
     projections: ProjectionService | None = None,
+    sequencer: bool = False,
 ) -> Flask:
     """Build the API over `store`, or over a pool on the settings' database if none is given.
 
@@ -94,6 +97,10 @@ def create_app(
     name a Redis; with neither, windows are closed lazily by the next request to their table.
     Reads come from the read models: over the app's own pool, or `projections` when a store is
     handed in; with neither (an in-memory store), the read endpoints fold the streams instead.
+
+    With `sequencer` (`shoebox serve`), the process stands for the sequencer's role and its
+    appends are answered without waiting for their positions; otherwise the store over the
+    app's pool places each append itself before answering (docs/scaling.md).
     """
     settings = settings if settings is not None else Settings.from_env()
     clock = clock if clock is not None else utc_now
@@ -103,7 +110,9 @@ def create_app(
     pool: Pool | None = None
     if store is None:
         pool = _open_pool(settings, pool_size)
-        store = PostgresEventStore(pool, clock, upcasters())
+        store = PostgresEventStore(
+            pool, clock, upcasters(), sequencing="background" if sequencer else "inline"
+        )
         # Closed with the app by Container.close, not at exit: gunicorn's worker_exit hook
         # calls it (service/cli/serve.py), and a test that builds an app disposes of it.
 
@@ -129,7 +138,12 @@ def create_app(
     )
     if projections is None and pool is not None:
         projections = ProjectionService(pool, clock)
-    app.extensions[EXTENSION] = wire(settings, store, clock, scheduler, pool, projections)
+    wiring = wire(settings, store, clock, scheduler, pool, projections)
+    if sequencer and pool is not None:
+        conninfo = pool.conninfo
+        role = start_sequencer_role(conninfo() if callable(conninfo) else conninfo)
+        wiring = replace(wiring, sequencer=role)
+    app.extensions[EXTENSION] = wiring
 
     api = ShoeboxApi(app)
     api.register_converter(IdConverter, id_parameter_schema)

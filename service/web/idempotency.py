@@ -119,7 +119,7 @@ def begin_request() -> Response | None:
         fingerprint(request.method, request.full_path, request.get_data(cache=True)),
     )
     if _view_answers_in_append():
-        # The append looks the key up itself, under the log's lock, and replays it.
+        # The append looks the key up itself, under its streams' row locks, and replays it.
         g.idempotency = idempotency
         return None
     store = container().store

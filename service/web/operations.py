@@ -149,7 +149,16 @@ def scrape_time_gauges(pool: Pool | None, redis_url: str | None) -> metrics.Scra
             return {h.queue: h.workers for h in health}
 
         depths, workers = depths_now, workers_now
-    return metrics.ScrapeTimeGauges(lag, depths, workers)
+    unsequenced: Callable[[], Mapping[str, float]] | None = None
+    if pool is not None:
+        from events.sequencer import unsequenced_backlog
+
+        def backlog_now() -> Mapping[str, float]:
+            events, oldest = unsequenced_backlog(pool)
+            return {"events": events, "oldest_seconds": oldest}
+
+        unsequenced = backlog_now
+    return metrics.ScrapeTimeGauges(lag, depths, workers, unsequenced)
 
 
 def _metrics() -> Response:

@@ -38,7 +38,13 @@ from werkzeug.exceptions import HTTPException
 
 from domain.errors import DomainError
 from events.deadlines import DeadlinePassed
-from events.store import AppendTimedOut, ConcurrencyConflict, IdempotencyKeyReused, JsonValue
+from events.store import (
+    AppendTimedOut,
+    ConcurrencyConflict,
+    IdempotencyKeyReused,
+    JsonValue,
+    LogBusy,
+)
 from service.application.errors import Conflict, NotFound, ServiceError
 
 _logger = logging.getLogger(__name__)
@@ -347,7 +353,12 @@ def register_problem_handlers(app: Flask) -> None:
         ).response()
 
     @app.errorhandler(AppendTimedOut)
-    def _busy(error: AppendTimedOut) -> Response:
+    @app.errorhandler(LogBusy)
+    def _busy(error: AppendTimedOut | LogBusy) -> Response:
+        # Why, in the log and in shoebox_log_busy_total.
+        from service.runtime import metrics  # as operations.py: only once the app runs
+
+        metrics.LOG_BUSY.labels(log_busy_reason(error)).inc()
         _logger.warning("request %s: %s", g.get("request_id", "-"), error)
         return log_busy().response()
 
@@ -369,6 +380,15 @@ def register_problem_handlers(app: Flask) -> None:
 
 RETRY_AFTER_SECONDS: Final = 1
 """What a 503 log-busy tells a client to wait: an append's lock wait is bounded at seconds."""
+
+
+def log_busy_reason(error: AppendTimedOut | LogBusy) -> str:
+    """Why a write was refused as log-busy, as shoebox_log_busy_total's `reason` says it."""
+    if isinstance(error, LogBusy):
+        return "sequencer-behind"  # behind (or absent) by more than its bound
+    if error.by_deadline:
+        return "request-deadline"  # the request's time ran out first (issue 21)
+    return "stream-lock"  # a stream's row lock, or the statement's own bound
 
 
 def log_busy() -> Problem:
