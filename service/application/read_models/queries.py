@@ -233,17 +233,12 @@ class TableStatistics:
     checkpoint: int
 
 
-@dataclass(frozen=True, slots=True)
-class LedgerLine:
-    """The house's figures for one table, day and bet type."""
+class _HouseFigures:
+    """What the house kept and paid back, derived from what was wagered and paid out."""
 
-    day: date
-    spot: str
-    bets: int
+    __slots__ = ()
     wagered: int
     paid_out: int
-    commission: int
-    theoretical_rtp: Fraction | None
 
     @property
     def hold(self) -> int:
@@ -257,7 +252,20 @@ class LedgerLine:
 
 
 @dataclass(frozen=True, slots=True)
-class SpotTotals:
+class LedgerLine(_HouseFigures):
+    """The house's figures for one table, day and bet type."""
+
+    day: date
+    spot: str
+    bets: int
+    wagered: int
+    paid_out: int
+    commission: int
+    theoretical_rtp: Fraction | None
+
+
+@dataclass(frozen=True, slots=True)
+class SpotTotals(_HouseFigures):
     """The house's figures for one table and bet type over a range of days."""
 
     spot: str
@@ -266,16 +274,6 @@ class SpotTotals:
     paid_out: int
     commission: int
     theoretical_rtp: Fraction | None
-
-    @property
-    def hold(self) -> int:
-        """What the house kept: wagered less paid out."""
-        return self.wagered - self.paid_out
-
-    @property
-    def observed_rtp(self) -> Fraction | None:
-        """Paid out per pound wagered, stakes included; None before anything was wagered."""
-        return Fraction(self.paid_out, self.wagered) if self.wagered else None
 
 
 @dataclass(frozen=True, slots=True)
