@@ -1,31 +1,46 @@
-"""Measure what the log's one lock costs when many tables write at once.
+"""Measure what the log's serial point costs when many tables write at once.
 
-Run as `.venv/bin/python bench/contention.py [--writers 1 2 4 8 16 32] [--seconds S]
-[--repeats R]` against the server in DATABASE_URL (default
+Run as `.venv/bin/python bench/contention.py [--writers 1 8 32] [--seconds S] [--repeats R]
+[--mode threads|processes|both]` against the server in DATABASE_URL (default
 postgresql://postgres@127.0.0.1:5432/postgres); it creates a database of its own and drops it
 at the end.
 
-N writer threads, each on its own pooled connection, append bet-shaped transactions (a
+N writers (threads of this process, or with `--mode processes` each an OS process of its own,
+so that the GIL caps no contender: a web tier is processes), each on its own connection,
+append bet-shaped transactions (a
 BetPlaced on the writer's own table stream and a StakeReserved on its own wallet stream: two
-streams, two events, as a bet is) for S seconds: nobody conflicts with anybody, so every wait
-is for the log's lock. Three contenders take turns within each repeat, at each N:
+streams, two events, as a bet is, each with an idempotency key) for S seconds: nobody
+conflicts with anybody. Three contenders take turns within each repeat, at each N:
 
-- shoebox: PostgresEventStore.append: append_batch() under the log's exclusive lock
-  (positions and the hash chain serialised, the lock held through the commit), the appends
-  that arrive while the process's previous call is in flight sent together (group commit);
-- one-a-call: the same store with group commit off, each append its own call, transaction
-  and flush (what every append was before migration 0011);
-- unlocked: the same two rows, as jsonb, into a plain table with no lock and no chain, one
-  autocommit INSERT a transaction. PostgreSQL's own group commit shares WAL flushes between
-  concurrent committers, so this is what the server's commits allow, the log's rules aside.
+- parallel: PostgresEventStore.append as it is now (migration 0030), group commit off: row
+  locks on the two streams' heads, the events into unsequenced_events, the key beside them,
+  one commit, every writer's transaction in flight at once. The
+  sequencer's role runs in this same process on a connection of its own, so its CPU and its
+  writes (the events moved into the log with positions and hashes) count against it. A run
+  ends only when the sequencer has placed every append it took.
+- parallel+group: the same with group commit on (the store's default), which allows one
+  call in flight per process.
+- locked: the append before 0030, kept here only as the baseline: 0014's append_batch(),
+  which takes LOCK TABLE events IN EXCLUSIVE MODE, chains and inserts under it and holds it
+  through the commit's flush, with the same group commit, into a copy of the tables in a
+  schema of its own.
+- unlocked: the same rows into a copy of the events table (same columns, same indexes) and
+  the same idempotency rows, one autocommit statement an append, with no lock and no chain
+  (positions from a sequence, hashes left blank). What the server's commits allow.
 
-Figures are medians of R repeats: appends (transactions) a second and events a second.
+Figures are medians of R repeats: appends a second, and for parallel the sequencer's lag (the
+oldest append of each batch's wait for its position, which bounds every append's in the batch:
+p50 and p99 over the batches), its batches' sizes in events, and its CPU per 1,000 appends:
+its PostgreSQL backend's (read from /proc, so the server must run on this machine; else
+left out) and its thread's in this process, over the parallel runs and their drains.
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
+import re
 import statistics
 import sys
 import threading
@@ -40,28 +55,112 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import orjson
 import psycopg
 
-from bench.common import Figure, rotations, server_url, throwaway_database, uptime
+from bench.common import rotations, server_url, throwaway_database, uptime
 from domain.round import BetPlaced
 from domain.wallet import StakeReserved
-from events.migrations import apply_migrations
-from events.postgres import PostgresEventStore, app_conninfo, open_pool
-from events.store import EventMetadata, JsonValue, NewEvent, StreamAppend
+from events.migrations import MIGRATIONS_DIR, apply_migrations
+from events.postgres import (
+    Pool,
+    PostgresEventStore,
+    _GroupCommit,
+    _guards,
+    _PendingAppend,
+    app_conninfo,
+    append_documents,
+    open_pool,
+)
+from events.sequencer import Batch, SequencerRole
+from events.store import EventMetadata, Idempotency, JsonValue, NewEvent, StreamAppend, utc_now
 
-SHOEBOX = "shoebox"
-ONE_A_CALL = "one-a-call"
+PARALLEL = "parallel"
+GROUPED = "parallel+group"
+LOCKED = "locked"
 UNLOCKED = "unlocked"
 EVENTS_PER_APPEND = 2
-_RAW_TABLE = """
-CREATE TABLE IF NOT EXISTS unlocked_events (
-    id bigserial PRIMARY KEY, stream_id text NOT NULL, version integer NOT NULL,
-    type text NOT NULL, payload jsonb NOT NULL, metadata jsonb NOT NULL,
-    recorded_at timestamptz NOT NULL DEFAULT now(), UNIQUE (stream_id, version)
-)
+# The baseline's tables: copies of the log's, with every index, in schemas of their own.
+_COPIES = """
+CREATE SCHEMA {schema};
+CREATE TABLE {schema}.events (LIKE public.events INCLUDING ALL);
+CREATE TABLE {schema}.idempotency_keys (LIKE public.idempotency_keys INCLUDING ALL);
+CREATE TABLE {schema}.idempotency_responses (LIKE public.idempotency_responses INCLUDING ALL);
+GRANT USAGE ON SCHEMA {schema} TO shoebox_app;
+GRANT SELECT, INSERT ON ALL TABLES IN SCHEMA {schema} TO shoebox_app;
 """
-_RAW_INSERT = (
-    "INSERT INTO unlocked_events (stream_id, version, type, payload, metadata)"
-    " VALUES (%s, %s, %s, %s::jsonb, %s::jsonb), (%s, %s, %s, %s::jsonb, %s::jsonb)"
+_UNLOCKED_SEQUENCE = """
+CREATE SEQUENCE unlocked.positions;
+GRANT USAGE ON SEQUENCE unlocked.positions TO shoebox_app;
+"""
+# Two events and a key, in one statement: what the parallel path writes, with no lock.
+_UNLOCKED_INSERT = """
+WITH bet AS (
+    INSERT INTO unlocked.events
+    SELECT nextval('unlocked.positions'), e.stream_id, e.category, e.version, e.type, 1,
+           e.payload::jsonb, e.metadata::jsonb, now(), '', ''
+    FROM (VALUES (%s, 'table', %s::integer, %s, %s, %s), (%s, 'wallet', %s::integer, %s, %s, %s))
+         AS e (stream_id, category, version, type, payload, metadata)
+    RETURNING 1
 )
+INSERT INTO unlocked.idempotency_keys (key, fingerprint, result, recorded_at)
+SELECT %s, %s, %s::jsonb, now() FROM (SELECT count(*) FROM bet) AS done
+"""
+_LOCKED_CALL = (
+    "SELECT first_position, last_position, replayed_result, replayed_response, error_code,"
+    " error_detail FROM locked.append_batch(%b::text[], %b::text[], %b::text[], %b::text[],"
+    " %b::text[], %s)"
+)
+
+
+def install_locked_baseline(conn: psycopg.Connection[tuple[object, ...]]) -> None:
+    """0014's append_batch(), over the locked schema's copies of the tables."""
+    text = (MIGRATIONS_DIR / "0014_append_checks_guards.sql").read_text()
+    found = re.search(r"CREATE FUNCTION append_batch\(.*?\n\$\$;\n", text, re.DOTALL)
+    if found is None:
+        raise RuntimeError("0014's append_batch() was not found")
+    function = found.group(0).replace("public.", "locked.")
+    function = function.replace("FUNCTION append_batch(", "FUNCTION locked.append_batch(")
+    conn.execute(function)
+    conn.execute(
+        "GRANT EXECUTE ON FUNCTION locked.append_batch(text[], text[], text[], text[], text[],"
+        " text) TO shoebox_app"
+    )
+
+
+class LockedStore:
+    """The append before migration 0030: group commit over 0014's append_batch()."""
+
+    def __init__(self, pool: Pool) -> None:
+        self._pool = pool
+        self._group = _GroupCommit(self._send)
+
+    def append(
+        self, streams: Sequence[StreamAppend], meta: EventMetadata, key: Idempotency
+    ) -> None:
+        """Append as the store did before 0030; raise if refused."""
+        documents = append_documents(streams, meta, utc_now())
+        pending = _PendingAppend(documents, key.key, key.fingerprint, None, _guards(streams))
+        self._group.submit(pending)
+        if pending.error is not None:
+            raise pending.error
+        assert pending.row is not None
+        if pending.row[4] is not None:
+            raise RuntimeError(f"refused: {pending.row}")
+
+    def _send(self, batch: Sequence[_PendingAppend]) -> None:
+        columns: list[list[str | None]] = [[], [], [], [], []]
+        for pending in batch:
+            for column, value in zip(columns, pending.arguments(), strict=True):
+                column.append(value)
+        try:
+            with self._pool.connection() as conn:
+                conn.autocommit = True
+                rows = conn.execute(_LOCKED_CALL, [*columns, "2000ms"], prepare=False).fetchall()
+                conn.autocommit = False
+        except BaseException as error:
+            for pending in batch:
+                pending.error = error
+            return
+        for pending, row in zip(batch, rows, strict=True):
+            pending.row = row
 
 
 def payloads(writer: int, n: int) -> tuple[dict[str, JsonValue], dict[str, JsonValue]]:
@@ -90,55 +189,81 @@ def metadata(writer: int, n: int) -> EventMetadata:
     )
 
 
-def shoebox_writer(store: PostgresEventStore, run: str) -> Callable[[int, float], int]:
+def bet_appends(run: str, writer: int, n: int) -> list[StreamAppend]:
+    """A bet's two streams of the writer's own, at version n."""
+    bet, stake = payloads(writer, n)
+    return [
+        StreamAppend(f"table:{run}w{writer}", n, [NewEvent(BetPlaced.type, bet)]),
+        StreamAppend(f"wallet:{run}w{writer}", n, [NewEvent(StakeReserved.type, stake)]),
+    ]
+
+
+def key_of(run: str, writer: int, n: int) -> Idempotency:
+    """A bet's idempotency key, as the API sends one with every bet."""
+    return Idempotency(f"{run}-{writer}-{n}", "sha256:" + "0" * 64)
+
+
+def parallel_writer(store: PostgresEventStore, run: str) -> Callable[[int, float], int]:
     """A writer's loop over the store: appends until the deadline; returns how many."""
 
     def write(writer: int, until: float) -> int:
-        table, wallet = f"table:{run}w{writer}", f"wallet:{run}w{writer}"
         n = 0
         while time.perf_counter() < until:
-            bet, stake = payloads(writer, n)
-            store.append(
-                [
-                    StreamAppend(table, n, [NewEvent(BetPlaced.type, bet)]),
-                    StreamAppend(wallet, n, [NewEvent(StakeReserved.type, stake)]),
-                ],
-                metadata(writer, n),
-            )
+            store.append(bet_appends(run, writer, n), metadata(writer, n), key_of(run, writer, n))
             n += 1
         return n
 
     return write
 
 
-def unlocked_writer(conninfo: str, run: str) -> Callable[[int, float], int]:
-    """A writer's loop of plain INSERTs on a connection of its own."""
+def locked_writer(store: LockedStore, run: str) -> Callable[[int, float], int]:
+    """A writer's loop over the locked baseline."""
+
+    def write(writer: int, until: float) -> int:
+        n = 0
+        while time.perf_counter() < until:
+            store.append(bet_appends(run, writer, n), metadata(writer, n), key_of(run, writer, n))
+            n += 1
+        return n
+
+    return write
+
+
+def unlocked_writer(pool: Pool, run: str) -> Callable[[int, float], int]:
+    """A writer's loop of plain INSERTs on a connection of the pool, held for the run."""
 
     def write(writer: int, until: float) -> int:
         table, wallet = f"table:{run}w{writer}", f"wallet:{run}w{writer}"
         n = 0
-        with psycopg.connect(conninfo, autocommit=True) as conn:
+        with pool.connection() as conn:
+            conn.autocommit = True
             while time.perf_counter() < until:
                 bet, stake = payloads(writer, n)
                 request_id = metadata(writer, n).request_id
                 meta = orjson.dumps(
                     {"actor": "frontend-1", "role": "frontend", "request_id": request_id}
                 ).decode()
+                key = key_of(run, writer, n)
+                result = orjson.dumps({"versions": {table: n + 1, wallet: n + 1}}).decode()
                 conn.execute(
-                    _RAW_INSERT,
+                    _UNLOCKED_INSERT,
                     [
-                        *(table, n, BetPlaced.type, orjson.dumps(bet).decode(), meta),
-                        *(wallet, n, StakeReserved.type, orjson.dumps(stake).decode(), meta),
+                        *(table, n + 1, BetPlaced.type, orjson.dumps(bet).decode(), meta),
+                        *(wallet, n + 1, StakeReserved.type, orjson.dumps(stake).decode(), meta),
+                        key.key,
+                        key.fingerprint,
+                        result,
                     ],
                 )
                 n += 1
+            conn.autocommit = False
         return n
 
     return write
 
 
-def run_writers(writers: int, seconds: float, write: Callable[[int, float], int]) -> float:
-    """Appends a second of `writers` threads released together."""
+def run_writers(writers: int, seconds: float, write: Callable[[int, float], int]) -> int:
+    """Appends made by `writers` threads released together for `seconds`."""
     counts = [0] * writers
     errors: list[BaseException] = []
     start = threading.Barrier(writers + 1)
@@ -155,68 +280,282 @@ def run_writers(writers: int, seconds: float, write: Callable[[int, float], int]
     for thread in threads:
         thread.start()
     until[0] = time.perf_counter() + seconds
-    started = time.perf_counter()
     start.wait()
     for thread in threads:
         thread.join()
-    elapsed = time.perf_counter() - started
     if errors:
         raise errors[0]
-    return sum(counts) / elapsed
+    return sum(counts)
+
+
+class Stores:
+    """The contenders' stores over one pool: what a writer (thread or process) appends with."""
+
+    def __init__(self, pool: Pool) -> None:
+        self.pool = pool
+        self.parallel = PostgresEventStore(pool, sequencing="background", group_commit=False)
+        self.grouped = PostgresEventStore(pool, sequencing="background")
+        self.locked = LockedStore(pool)
+
+    def writer(self, contender: str, run: str) -> Callable[[int, float], int]:
+        """The write loop of `contender`, its streams named after `run`."""
+        if contender == PARALLEL:
+            return parallel_writer(self.parallel, run)
+        if contender == GROUPED:
+            return parallel_writer(self.grouped, run)
+        if contender == LOCKED:
+            return locked_writer(self.locked, run)
+        return unlocked_writer(self.pool, run)
+
+
+Command = tuple[str, str, float, float]  # contender, run, start (time.time()), seconds
+
+
+def _writer_process(
+    conninfo: str,
+    writer: int,
+    commands: multiprocessing.Queue[Command | None],
+    results: multiprocessing.Queue[tuple[int, int, str | None]],
+) -> None:
+    """One writer as an OS process of its own: runs each command it is sent, until None."""
+    # One connection: a writer appends one call at a time, and the server's connections are
+    # shared (32 processes and the sequencer stay well within max_connections = 100).
+    with open_pool(conninfo, min_size=1, max_size=1) as pool:
+        stores = Stores(pool)
+        while (command := commands.get()) is not None:
+            contender, run, start_at, seconds = command
+            write = stores.writer(contender, run)
+            time.sleep(max(0.0, start_at - time.time()))
+            try:
+                results.put((writer, write(writer, time.perf_counter() + seconds), None))
+            except Exception as error:  # reported to the parent, which raises
+                results.put((writer, 0, repr(error)))
+
+
+class WriterProcesses:
+    """N writer processes, started once and sent each run's command together."""
+
+    def __init__(self, conninfo: str, writers: int) -> None:
+        context = multiprocessing.get_context("spawn")
+        self._results: multiprocessing.Queue[tuple[int, int, str | None]] = context.Queue()
+        self._commands: list[multiprocessing.Queue[Command | None]] = []
+        self._processes = []
+        for writer in range(writers):
+            commands: multiprocessing.Queue[Command | None] = context.Queue()
+            process = context.Process(
+                target=_writer_process,
+                args=(conninfo, writer, commands, self._results),
+                daemon=True,
+            )
+            process.start()
+            self._commands.append(commands)
+            self._processes.append(process)
+
+    def run(self, contender: str, run: str, seconds: float) -> int:
+        """Appends made by every process, released together (after a moment to get ready)."""
+        start_at = time.time() + 0.3
+        for commands in self._commands:
+            commands.put((contender, run, start_at, seconds))
+        total, failed = 0, []
+        for _ in self._commands:
+            _, count, error = self._results.get(timeout=seconds + 120)
+            total += count
+            if error is not None:
+                failed.append(error)
+        if failed:
+            raise RuntimeError(f"{len(failed)} writer processes failed: {failed[0]}")
+        return total
+
+    def close(self) -> None:
+        """Stop every process."""
+        for commands in self._commands:
+            commands.put(None)
+        for process in self._processes:
+            process.join(30)
+            if process.is_alive():
+                process.kill()
+
+
+def percentile(values: Sequence[float], fraction: float) -> float:
+    """The value at `fraction` of the sorted values (nearest rank)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(fraction * len(ordered)) - 1))]
+
+
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _cpu_seconds(stat_path: str) -> float | None:
+    """A process's or thread's user + system CPU from its /proc stat file, None if unreadable."""
+    try:
+        fields = Path(stat_path).read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+class SequencerCpu:
+    """The sequencer's CPU: its PostgreSQL backend's (a local server only) and its thread's."""
+
+    def __init__(self, role: SequencerRole) -> None:
+        deadline = time.monotonic() + 10
+        while not role.active:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the bench's sequencer never took the role")
+            time.sleep(0.01)
+        conn = role._conn  # the bench measures the role's own backend
+        self._backend = None if conn is None else f"/proc/{conn.info.backend_pid}/stat"
+        thread = role._thread
+        native = None if thread is None else thread.native_id
+        self._thread = None if native is None else f"/proc/self/task/{native}/stat"
+
+    def now(self) -> tuple[float | None, float | None]:
+        """Backend and thread CPU seconds so far."""
+        return (
+            None if self._backend is None else _cpu_seconds(self._backend),
+            None if self._thread is None else _cpu_seconds(self._thread),
+        )
+
+
+def _spent(before: float | None, after: float | None) -> float | None:
+    return None if before is None or after is None else after - before
+
+
+class Tally:
+    """One mode's figures at one writer count, over its repeats."""
+
+    def __init__(self) -> None:
+        self.rates: dict[str, list[float]] = {}
+        self.lags: list[float] = []
+        self.sizes: list[int] = []
+        self.appends = 0  # the parallel contenders', for the sequencer's CPU per append
+        self.backend_cpu: float | None = 0.0
+        self.thread_cpu: float | None = 0.0
+
+    def median(self, contender: str) -> float:
+        """The median rate of `contender`."""
+        return statistics.median(self.rates[contender])
+
+    def cpu_per_thousand(self) -> str:
+        """The sequencer's CPU ms per 1,000 appends, backend + its thread."""
+        if not self.appends or self.backend_cpu is None or self.thread_cpu is None:
+            return "n/a"
+        scale = 1000 * 1000 / self.appends
+        return f"{self.backend_cpu * scale:.0f} + {self.thread_cpu * scale:.0f}"
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Run the benchmark and print its table."""
+    """Run the benchmark and print its tables."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--writers", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32])
+    parser.add_argument("--writers", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--mode", choices=("threads", "processes", "both"), default="both")
     args = parser.parse_args(argv)
+    modes = ["threads", "processes"] if args.mode == "both" else [args.mode]
     before = uptime()
-    figures = [Figure(f"{n} writers") for n in args.writers]
+    tallies = {(mode, n): Tally() for mode in modes for n in args.writers}
+    contenders = (PARALLEL, GROUPED, LOCKED, UNLOCKED)
     with throwaway_database(server_url(), prefix="bench_contention") as database_url:
         apply_migrations(database_url)
         with psycopg.connect(database_url, autocommit=True) as conn:
-            conn.execute(_RAW_TABLE)
-        with open_pool(app_conninfo(database_url, environ={}), max_size=max(args.writers)) as pool:
-            stores = {
-                SHOEBOX: PostgresEventStore(pool),
-                ONE_A_CALL: PostgresEventStore(pool, group_commit=False),
-            }
-            contenders = (SHOEBOX, ONE_A_CALL, UNLOCKED)
-            for repeat, order in enumerate(rotations(args.repeats, contenders)):
-                for figure, writers in zip(figures, args.writers, strict=True):
-                    for contender in order:
-                        run = f"r{repeat}{contender[0]}{writers}x"
-                        store = stores.get(contender)
-                        write = (
-                            shoebox_writer(store, run)
-                            if store is not None
-                            else unlocked_writer(database_url, run)
-                        )
-                        rate = run_writers(writers, args.seconds, write)
-                        figure.samples.setdefault(contender, []).append(rate)
-                        print(f"  {figure.scenario}, {contender}: {rate:,.0f}/s", file=sys.stderr)
+            for schema in (LOCKED, UNLOCKED):
+                conn.execute(_COPIES.format(schema=schema))
+            conn.execute(_UNLOCKED_SEQUENCE)
+            install_locked_baseline(conn)
+        conninfo = app_conninfo(database_url, environ={})
+        batches: list[Batch] = []
+        role = SequencerRole(
+            lambda: psycopg.connect(conninfo, autocommit=True), on_batch=batches.append
+        )
+        role.start()
+        cpu = SequencerCpu(role)
+        for mode in modes:
+            # Threads share this process's pool, a connection each; processes have their own,
+            # and this one only drains the sequencer's backlog after each run.
+            size = max(args.writers) if mode == "threads" else 1
+            with open_pool(conninfo, max_size=size) as pool:
+                stores = Stores(pool)
+                for writers in args.writers:
+                    processes = WriterProcesses(conninfo, writers) if mode == "processes" else None
+                    tally = tallies[(mode, writers)]
+                    try:
+                        for repeat, order in enumerate(rotations(args.repeats, contenders)):
+                            for contender in order:
+                                run = f"{mode[0]}{repeat}{contenders.index(contender)}{writers}x"
+                                del batches[:]
+                                cpu_before = cpu.now()
+                                if processes is not None:
+                                    count = processes.run(contender, run, args.seconds)
+                                else:
+                                    write = stores.writer(contender, run)
+                                    count = run_writers(writers, args.seconds, write)
+                                elapsed = args.seconds
+                                if contender in (PARALLEL, GROUPED):
+                                    # The sequencer's share: the run is not over until it has
+                                    # placed every append, and its batches are this run's.
+                                    drained = time.perf_counter()
+                                    stores.parallel.sequence()
+                                    elapsed += time.perf_counter() - drained
+                                    cpu_after = cpu.now()
+                                    tally.lags += [b.oldest_wait or 0.0 for b in batches]
+                                    tally.sizes += [b.events for b in batches]
+                                    tally.appends += count
+                                    spent = _spent(cpu_before[0], cpu_after[0])
+                                    tally.backend_cpu = (
+                                        None
+                                        if spent is None or tally.backend_cpu is None
+                                        else tally.backend_cpu + spent
+                                    )
+                                    spent = _spent(cpu_before[1], cpu_after[1])
+                                    tally.thread_cpu = (
+                                        None
+                                        if spent is None or tally.thread_cpu is None
+                                        else tally.thread_cpu + spent
+                                    )
+                                rate = count / elapsed
+                                tally.rates.setdefault(contender, []).append(rate)
+                                print(
+                                    f"  {mode}, {writers} writers, {contender}: {rate:,.0f}/s",
+                                    file=sys.stderr,
+                                )
+                    finally:
+                        if processes is not None:
+                            processes.close()
+        role.stop()
     after = uptime()
     command = "python bench/contention.py " + " ".join(sys.argv[1:] if argv is None else argv)
     lines = [
         f"Command: `{command.strip()}`  ",
         f"Machine: {os.cpu_count()} CPUs; before: `{before}`; after: `{after}`  ",
         f"Medians of {args.repeats} repeats of {args.seconds:g} s; an append is a bet's two"
-        " events on two streams of the writer's own.",
-        "",
-        "| writers | shoebox appends/s | events/s | one-a-call appends/s | unlocked appends/s"
-        " | shoebox / one-a-call | shoebox / unlocked |",
-        "|--:|--:|--:|--:|--:|--:|--:|",
+        " events on two streams of the writer's own, with an idempotency key. Sequencer CPU:"
+        " its PostgreSQL backend's + its Python thread's, ms per 1,000 parallel appends.",
     ]
-    for figure, writers in zip(figures, args.writers, strict=True):
-        ours = statistics.median(figure.samples[SHOEBOX])
-        single = statistics.median(figure.samples[ONE_A_CALL])
-        theirs = statistics.median(figure.samples[UNLOCKED])
-        lines.append(
-            f"| {writers} | {ours:,.0f} | {ours * EVENTS_PER_APPEND:,.0f} | {single:,.0f}"
-            f" | {theirs:,.0f} | {ours / single:.2f} | {ours / theirs:.2f} |"
-        )
+    for mode in modes:
+        lines += [
+            "",
+            f"Writers as {mode}:",
+            "",
+            "| writers | parallel /s | parallel+group /s | locked /s | unlocked /s"
+            " | parallel / locked | parallel+group / locked | parallel / unlocked"
+            " | parallel+group / unlocked | locked / unlocked | sequencer lag p50 / p99 ms"
+            " | batch events p50 / max | sequencer CPU ms / 1,000 appends |",
+            "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+        ]
+        for writers in args.writers:
+            tally = tallies[(mode, writers)]
+            ours, batched = tally.median(PARALLEL), tally.median(GROUPED)
+            old, theirs = tally.median(LOCKED), tally.median(UNLOCKED)
+            lag = tally.lags or [0.0]
+            size = tally.sizes or [0]
+            lines.append(
+                f"| {writers} | {ours:,.0f} | {batched:,.0f} | {old:,.0f} | {theirs:,.0f}"
+                f" | {ours / old:.2f} | {batched / old:.2f} | {ours / theirs:.2f}"
+                f" | {batched / theirs:.2f} | {old / theirs:.2f}"
+                f" | {percentile(lag, 0.5) * 1000:.1f} / {percentile(lag, 0.99) * 1000:.1f}"
+                f" | {statistics.median(size):.0f} / {max(size)} | {tally.cpu_per_thousand()} |"
+            )
     print("\n".join(lines))
 
 

@@ -95,6 +95,8 @@ class Storm:
     statuses: collections.Counter[int] = field(default_factory=collections.Counter)
     refusals: collections.Counter[str] = field(default_factory=collections.Counter)
     """409s, by the rule they name, or by their problem type when they name none."""
+    retry_later: collections.Counter[str] = field(default_factory=collections.Counter)
+    """503s, by their problem type: the server's ask to send the same bet again later."""
     failures: collections.Counter[str] = field(default_factory=collections.Counter)
     """Requests that got no answer, by the transport error."""
     latencies: list[float] = field(default_factory=list)
@@ -180,6 +182,8 @@ async def storm(
                     found.by_player[player_id] += 1
                 elif status == 409:
                     found.refusals[problem_kind(answer)] += 1
+                elif status == 503:
+                    found.retry_later[problem_kind(answer)] += 1
                 await asyncio.sleep(max(0.0, next_at - time.monotonic()))
         finally:
             connection.close()

@@ -6,7 +6,7 @@ packet). Bounding each wait on its own does not give that: a request makes sever
 a row (a pool checkout, a read, the append, storing the answer), and five bounded waits of 5 s
 each made a request wait about 20 s. So the request sets one deadline here, and each wait
 takes the smaller of its own bound and the time left: the pool's checkout, every round trip of
-a pooled connection, the append's turn in a group commit and its wait for the log's lock.
+a pooled connection, the append's turn in a group commit and its wait for its streams' row locks.
 
 The deadline lives in a context variable, so it follows the request's thread (gthread) or
 greenlet (gevent, where each greenlet has its own context) and nothing else: background

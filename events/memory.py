@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Collection, Sequence
+from dataclasses import replace
 
 from events.canonical import chain_events, normalise
 from events.store import (
@@ -17,6 +18,7 @@ from events.store import (
     IdempotencyKeyReused,
     IdempotencyRecord,
     JsonValue,
+    OutboxRow,
     RecordedEvent,
     ShoeSecretAlreadyStored,
     StreamAppend,
@@ -34,7 +36,9 @@ class InMemoryEventStore(EventStore):
 
     def __init__(self, clock: Clock = utc_now, upcasters: Upcasters | None = None) -> None:
         super().__init__(clock, upcasters)
-        # One lock plays the part of PostgreSQL's exclusive table lock: appends are serial.
+        # One lock plays the part of PostgreSQL's row locks and of the sequencer at once: each
+        # append is sequenced as it is recorded, as the PostgreSQL store's inline sequencing
+        # does, so a read by position after an append sees it.
         self._lock = threading.Lock()
         self._log: list[RecordedEvent] = []
         self._streams: dict[str, list[RecordedEvent]] = {}
@@ -42,12 +46,16 @@ class InMemoryEventStore(EventStore):
         self._responses: dict[str, JsonValue] = {}
         self._shoe_secrets: dict[str, str] = {}
         self._claimed_shoes: dict[tuple[str, int], str] = {}
+        # The outbox rows of every append recorded, in append order, as PostgreSQL would hold
+        # them in their tables: for tests of what an append owes.
+        self._outbox: list[OutboxRow] = []
 
     def append(
         self,
         streams: Sequence[StreamAppend],
         metadata: EventMetadata,
         idempotency: Idempotency | None = None,
+        outbox: Sequence[OutboxRow] = (),
     ) -> AppendResult:
         """Append every stream's events atomically, or none; raise ConcurrencyConflict if stale."""
         check_appends(streams)
@@ -69,11 +77,8 @@ class InMemoryEventStore(EventStore):
             for record in records:
                 self._log.append(record)
                 self._streams.setdefault(record.stream_id, []).append(record)
-            result = AppendResult(
-                records[0].position,
-                records[-1].position,
-                {s.stream_id: s.expected_version + len(s.events) for s in streams},
-            )
+            result = AppendResult.of(streams)
+            self._outbox.extend(outbox)
             if idempotency is not None:
                 self._idempotency[idempotency.key] = (idempotency.fingerprint, result)
                 if idempotency.response is not None:
@@ -81,17 +86,16 @@ class InMemoryEventStore(EventStore):
                     self._responses[idempotency.key] = normalise(idempotency.response)
             return result
 
+    def outbox(self) -> list[OutboxRow]:
+        """Every outbox row recorded with an append, in append order."""
+        with self._lock:
+            return list(self._outbox)
+
     def _replay(self, idempotency: Idempotency) -> AppendResult:
         fingerprint, result = self._idempotency[idempotency.key]
         if fingerprint != idempotency.fingerprint:
             raise IdempotencyKeyReused(idempotency.key)
-        return AppendResult(
-            result.first_position,
-            result.last_position,
-            result.versions,
-            replayed=True,
-            response=self._responses.get(idempotency.key),
-        )
+        return replace(result, replayed=True, response=self._responses.get(idempotency.key))
 
     def read_stream(
         self, stream_id: str, from_version: int = 1, *, upcast: bool = True

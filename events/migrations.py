@@ -9,6 +9,8 @@ from urllib.parse import quote, urlencode
 import yoyo
 from psycopg.conninfo import conninfo_to_dict
 
+from events.postgres import connect_kwargs
+
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
 """The migrations beside the source tree, where a checkout or an editable install finds them."""
 MIGRATIONS_DIR_VARIABLE = "SHOEBOX_MIGRATIONS_DIR"
@@ -38,6 +40,9 @@ def yoyo_url(conninfo: str) -> str:
     psycopg as keyword arguments; that keeps Unix-socket hosts and options intact.
     """
     params = {k: str(v) for k, v in conninfo_to_dict(conninfo).items() if v is not None}
+    # The keepalives and connect timeout of every other connection (events/postgres.py):
+    # migrating holds a lock that a lost host must not keep.
+    params.update({k: str(v) for k, v in connect_kwargs(conninfo).items()})
     dbname = params.pop("dbname", "")
     query = urlencode(params)
     return f"postgresql+psycopg:///{quote(dbname, safe='')}" + (f"?{query}" if query else "")

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
+import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any, Final, TypeVar, cast
+from typing import Any, Final, Literal, TypeVar, cast
 
 import orjson
 import psycopg
@@ -29,6 +33,7 @@ from events.canonical import (
     normalise,
     split_event_documents,
 )
+from events.sequencer import MAX_APPENDS, sequence_batch, wait_until_sequenced
 from events.store import (
     AppendResult,
     AppendTimedOut,
@@ -42,6 +47,8 @@ from events.store import (
     IdempotencyRecord,
     JsonObject,
     JsonValue,
+    LogBusy,
+    OutboxRow,
     RecordedEvent,
     ShoeSecretAlreadyStored,
     StreamAppend,
@@ -53,42 +60,62 @@ from events.store import (
 )
 from events.upcasting import Upcasters
 
+log = logging.getLogger(__name__)
+
 APP_ROLE: Final = "shoebox_app"
 APP_URL_VARIABLE: Final = "SHOEBOX_APP_DATABASE_URL"
 
 Pool = ConnectionPool[Connection[TupleRow]]
 T = TypeVar("T")
+Sequencing = Literal["inline", "background"]
+"""Who places a store's appends in the log: the store itself, before `append` returns
+("inline": tests, one-off commands, a process alone), or the sequencer's role in a long-running
+process ("background": the API's bets never wait for it)."""
+_DEADLOCK_RETRIES: Final = 3
 
-# migrations/0002: lock, idempotency key, versions, positions, hashes, insert and NOTIFY, all
-# in one statement run in autocommit, so that the statement is the whole transaction. Since
-# 0004 it records max(our clock's reading, the head's recorded_at): the reading is taken
-# before the lock, and the log's time must never run backwards along its positions.
-# Since 0011 several appends go in one call (group commit), each storing the response to its
-# idempotency key in the same transaction; a replay returns the stored response beside the
-# stored result, and a refused append is reported in its row.
-# Since 0014 each append also names its guards (streams it read and adds nothing to), which
-# the function checks with the append's own streams.
+# migrations/0030: row locks on the streams' heads in sorted order, the idempotency key, the
+# versions, and the events written without positions into unsequenced_events, all in one
+# statement run in autocommit, so that the statement is the whole transaction. Several appends
+# go in one call (group commit: one commit and one disk flush for all of them), each storing
+# the response to its idempotency key in the same transaction; a replay returns the stored
+# result and response, and a refused append is reported in its row. Each append also names its
+# guards (streams it read and adds nothing to). The sequencer gives positions later
+# (events/sequencer.py).
 _APPEND_BATCH = (
-    "SELECT first_position, last_position, replayed_result, replayed_response, error_code,"
-    " error_detail FROM append_batch(%b::text[], %b::text[], %b::text[], %b::text[],"
-    " %b::text[], %s)"
+    "SELECT append_id, replayed_result, replayed_response, error_code, error_detail"
+    " FROM append_batch(%b::text[], %b::text[], %b::text[], %b::text[], %b::text[], %s, %s)"
 )
 # %b: in binary, a text array's elements travel as they are; the text format escapes every
 # double quote of every document with a regular expression, which cost a bet more time than
-# the rest of its Python together. The last argument bounds the append's wait for the log's
-# lock (migration 0013), so the append is one statement and one round trip.
+# the rest of its Python together. The two last arguments bound the append's wait for its
+# rows' locks and the sequencer's backlog, so the append is one statement and one round trip.
+# One append alone, as a writer in its stream's turn sends it (append_in_transaction): the
+# same function, its five arrays of one element each.
+WAL_POSITION: Final = "SELECT pg_current_wal_lsn()::text"
+"""The primary's WAL write position; read after a commit, at or past its commit record."""
+_APPEND_BATCH_ONE = (
+    "SELECT append_id, replayed_result, replayed_response, error_code, error_detail"
+    " FROM append_batch(ARRAY[%s]::text[], ARRAY[%s]::text[], ARRAY[%s]::text[],"
+    " ARRAY[%s]::text[], ARRAY[%s]::text[], %s, %s)"
+)
 MAX_BATCH: Final = 64
 """Appends in one call at most: a bound on one statement's work and on the lock's hold."""
 _CONCURRENCY_CONFLICT = "SB001"
+_LOG_BUSY = "SB003"
+_DEADLOCK = "40P01"
 _LOCK_NOT_AVAILABLE = "55P03"
 _QUERY_CANCELED = "57014"
 LOCK_TIMEOUT: Final = timedelta(seconds=2)
-"""How long an append waits for the log's lock. An append holds it for about a millisecond, so
-two seconds is a queue of a thousand appends: past that the server is in trouble, and a quick
-retryable refusal serves a caller better than a request that hangs."""
+"""How long an append waits for its streams' row locks. An append holds them for about a
+millisecond, so two seconds is a queue of a thousand appends to one stream: past that the
+server is in trouble, and a quick retryable refusal serves a caller better than a hang."""
+BACKLOG_BOUND: Final = timedelta(seconds=2)
+"""How far behind the sequencer may fall before appends are refused with LogBusy."""
+SEQUENCED_WAIT: Final = timedelta(seconds=5)
+"""How long an inline-sequencing store waits for another sequencer to place its append."""
 STATEMENT_TIMEOUT: Final = timedelta(seconds=5)
-"""How long an append may wait in all. Its one wait is for the log's lock, bounded by the
-smaller of this and the lock's own bound; the rest of the statement is bounded by its size."""
+"""How long an append may wait in all. Its one wait is for its streams' row locks, bounded by
+the smaller of this and the lock's own bound; the rest of the statement is bounded by its size."""
 READ_AHEAD: Final = 2
 """Batches that iter_all and iter_rows keep in flight, each on a pooled connection of its own.
 
@@ -104,15 +131,41 @@ EVENT_COLUMNS: Final = (
 )
 """The events columns in RecordedEvent's field order, for `event_rows` and `verify_rows`."""
 # Built from constants only; no caller text ever reaches the query string.
+# An unsequenced event as a row of EVENT_COLUMNS: its document rebuilt from the two halves the
+# append was sent as, position UNSEQUENCED (0) and no hashes yet.
+_UNSEQUENCED_COLUMNS = (
+    "0::bigint, u.stream_id, d.doc ->> 'category', u.version, d.doc ->> 'type',"
+    " (d.doc ->> 'schema_version')::integer, (d.doc -> 'payload')::text,"
+    " (d.doc -> 'metadata')::text, (d.doc ->> 'recorded_at')::timestamptz, '', ''"
+)
+# current_schema() is PostgreSQL's cheapest parallel-unsafe function (stable, no side effect):
+# naming it keeps the whole statement out of parallel plans, which 0012 ruled out for the log
+# (a Parallel Append over the two tables ignores the tables' parallel_workers = 0).
+_UNSEQUENCED_OF_STREAM = (
+    " FROM unsequenced_events AS u,"
+    " LATERAL (SELECT (u.prefix || '0' || u.suffix)::jsonb AS doc) AS d"
+    " WHERE current_schema() IS NOT NULL AND u.stream_id = %s"
+)
+# Both tables in one statement, so one snapshot: the sequencer moves an event from one to the
+# other in one transaction, so it is seen exactly once. Through the unique (stream_id,
+# version) index of each table.
 _READ_STREAM = (
     "SELECT " + EVENT_COLUMNS + " FROM events WHERE stream_id = %s AND version >= %s"  # noqa: S608
+    " UNION ALL SELECT " + _UNSEQUENCED_COLUMNS + _UNSEQUENCED_OF_STREAM + " AND u.version >= %s"
     " ORDER BY version"
 )
 _HEAD = "SELECT coalesce(max(position), 0) FROM events"
 # Through the primary key (stream_id, version), backwards: one row however long the stream.
-_LAST_OF_STREAM = (
-    "SELECT " + EVENT_COLUMNS + " FROM events WHERE stream_id = %s"  # noqa: S608
-    " ORDER BY version DESC LIMIT 1"
+# Built from constants only; the newest of the two tables' newest (column 4 is the version).
+_LAST_OF_STREAM = "".join(
+    [
+        "(SELECT ",
+        _UNSEQUENCED_COLUMNS,
+        _UNSEQUENCED_OF_STREAM,
+        " ORDER BY u.version DESC LIMIT 1) UNION ALL (SELECT ",
+        EVENT_COLUMNS,
+        " FROM events WHERE stream_id = %s ORDER BY version DESC LIMIT 1) ORDER BY 4 DESC LIMIT 1",
+    ]
 )
 _FIND_RECORD = """
 SELECT k.fingerprint, k.result, r.response
@@ -213,28 +266,98 @@ class DeadlineConnection(Connection[TupleRow]):
             ) from error
 
 
+# Checkouts from any DeadlinePool in this context (thread or greenlet): a request compares two
+# readings to know that it has not touched the database between them.
+_CHECKOUTS: ContextVar[int] = ContextVar("shoebox_pool_checkouts", default=0)
+
+
+def checkouts() -> int:
+    """How many connections this context has taken from a DeadlinePool so far."""
+    return _CHECKOUTS.get()
+
+
 class DeadlinePool(ConnectionPool[Connection[TupleRow]]):
     """A pool whose checkout waits at most its timeout and never past the caller's deadline."""
 
     def getconn(self, timeout: float | None = None) -> Connection[TupleRow]:
         """A connection, waiting at most `timeout` (else the pool's), within the deadline."""
+        _CHECKOUTS.set(_CHECKOUTS.get() + 1)
         bound = deadlines.bounded(self.timeout if timeout is None else timeout)
         if bound is not None and bound <= 0:
             raise PoolTimeout("no time left in the request's deadline to wait for a connection")
         return super().getconn(bound)
 
 
-def connect_kwargs(conninfo: str) -> dict[str, Any]:
-    """psycopg.connect's keywords bounding a connection attempt by CONNECT_TIMEOUT_SECONDS.
+KEEPALIVES: Final[Mapping[str, int]] = {
+    "keepalives": 1,
+    "keepalives_idle": 2,
+    "keepalives_interval": 2,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 8000,
+}
+"""libpq's TCP keepalives on every connection Shoebox opens: a server that vanished (its host
+lost, a partition) is noticed within about 8 s (2 s idle, then 3 probes 2 s apart; data left
+unacknowledged 8 s), not Linux's default of two hours. The server side, which releases a lost
+client's locks, is service/embedded/postgres.py's SERVER_KEEPALIVES (docs/reliability.md)."""
 
-    A connect_timeout the caller wrote in the conninfo, or PGCONNECT_TIMEOUT, is kept.
+
+def connect_kwargs(conninfo: str) -> dict[str, Any]:
+    """psycopg.connect's keywords: CONNECT_TIMEOUT_SECONDS and KEEPALIVES.
+
+    Any of them the caller wrote in the conninfo (DATABASE_URL) is kept, as is a
+    PGCONNECT_TIMEOUT from the environment.
     """
-    if "connect_timeout" in conninfo_to_dict(conninfo) or os.environ.get("PGCONNECT_TIMEOUT"):
-        return {}
-    return {"connect_timeout": CONNECT_TIMEOUT_SECONDS}
+    written = conninfo_to_dict(conninfo)
+    kwargs: dict[str, Any] = {k: v for k, v in KEEPALIVES.items() if k not in written}
+    if "connect_timeout" not in written and not os.environ.get("PGCONNECT_TIMEOUT"):
+        kwargs["connect_timeout"] = CONNECT_TIMEOUT_SECONDS
+    return kwargs
+
+
+_SESSIONS: weakref.WeakSet[Connection[Any]] = weakref.WeakSet()
+_SESSIONS_LOCK = threading.Lock()
+
+
+def keep_from_forks(conn: Connection[Any]) -> None:
+    """Cut `conn`'s socket off in any process forked from this one (see _detach_in_child).
+
+    Every connection Shoebox keeps open registers: the pools' (in _configure) and the
+    subscriptions' LISTEN connections.
+    """
+    with _SESSIONS_LOCK:
+        _SESSIONS.add(conn)
+
+
+def _detach_in_child() -> None:
+    # A forked child (rq's scheduler, forked by `shoebox worker`) shares its parent's sockets.
+    # It can then speak on a session that the parent has mid-transaction, close it under the
+    # parent (libpq sends Terminate), and, worst, keep it open after the parent is killed: the
+    # server sees no disconnect, so an idle-in-transaction session goes on holding its locks
+    # (the checkpoint row of `open_rounds`, which hung every other worker's projector). Each
+    # inherited socket is pointed at /dev/null instead: the child's copy of the socket is
+    # closed, and a child that uses the connection reads end of file and fails at once.
+    # The lock is not taken: a child has one thread, and a lock held mid-fork stays held.
+    sessions = list(_SESSIONS)
+    if not sessions:
+        return
+    null = os.open(os.devnull, os.O_RDWR)
+    try:
+        for conn in sessions:
+            try:
+                fd = conn.pgconn.socket
+            except psycopg.Error:
+                continue  # closed already: no socket to cut off
+            os.dup2(null, fd)
+    finally:
+        os.close(null)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_detach_in_child)
 
 
 def _configure(conn: Connection[TupleRow]) -> None:
+    keep_from_forks(conn)
     # Timestamps come back in UTC, as the in-memory store returns them.
     conn.execute("SET TIME ZONE 'UTC'")
     conn.commit()
@@ -251,7 +374,12 @@ RECONNECT_GIVE_UP_SECONDS: Final = 4.0
 
 
 def open_pool(
-    conninfo: str, *, min_size: int = 1, max_size: int = 8, timeout: float = 30.0
+    conninfo: str,
+    *,
+    min_size: int = 1,
+    max_size: int = 8,
+    timeout: float = 30.0,
+    pool_class: type[DeadlinePool] = DeadlinePool,
 ) -> Pool:
     """An open pool whose sessions read timestamps in UTC; a checkout waits at most `timeout` s.
 
@@ -260,8 +388,11 @@ def open_pool(
     A connection lost (a restarted server) is discarded when it is returned, and the pool
     reconnects in the background with exponential backoff (psycopg_pool's own), bounded by
     RECONNECT_GIVE_UP_SECONDS, each attempt by CONNECT_TIMEOUT_SECONDS.
+
+    `pool_class` lets the service route a pool's checkouts elsewhere (a replica for reads,
+    service/runtime/read_pools.py); the connections are made here all the same.
     """
-    return DeadlinePool(
+    return pool_class(
         conninfo,
         connection_class=DeadlineConnection,
         kwargs=connect_kwargs(conninfo),
@@ -383,6 +514,30 @@ def _json(value: object) -> str:
     return orjson.dumps(value).decode()
 
 
+def _outbox_insert(row: OutboxRow) -> tuple[sql.Composed, list[object]]:
+    """The INSERT of one outbox row, its names quoted as identifiers, and its parameters."""
+    names = list(row.values)
+    if row.update:
+        on_conflict = sql.SQL("DO UPDATE SET {}").format(
+            sql.SQL(", ").join(
+                sql.SQL("{0} = excluded.{0}").format(sql.Identifier(name)) for name in row.update
+            )
+        )
+    else:
+        on_conflict = sql.Composed([sql.SQL("DO NOTHING")])
+    statement = sql.SQL("INSERT INTO {} ({}) VALUES ({}) ON CONFLICT ({}) {}").format(
+        sql.Identifier(row.table),
+        sql.SQL(", ").join(sql.Identifier(name) for name in names),
+        sql.SQL(", ").join(sql.Placeholder() for _ in names),
+        sql.SQL(", ").join(sql.Identifier(name) for name in row.key),
+        on_conflict,
+    )
+    params: list[object] = [
+        list(value) if isinstance(value, tuple) else value for value in row.values.values()
+    ]
+    return statement, params
+
+
 def _guards(streams: Sequence[StreamAppend]) -> str | None:
     """The append's guards as append_batch() takes them: [[stream_id, version], ...], or None.
 
@@ -410,7 +565,10 @@ def _filters(
 def _store_error(error: psycopg.Error, key: str | None) -> EventStoreError | None:
     """The typed error for one of the append function's own SQLSTATEs, else None."""
     if error.sqlstate == _LOCK_NOT_AVAILABLE:
-        return AppendTimedOut("the log's lock")
+        return AppendTimedOut("its streams' locks")
+    if error.sqlstate == _LOG_BUSY:
+        behind = float(error.diag.message_detail or 0)
+        return LogBusy(behind)
     if error.sqlstate == _QUERY_CANCELED:
         return AppendTimedOut("its statement to finish")
     if error.sqlstate == _CONCURRENCY_CONFLICT and error.diag.message_detail:
@@ -421,15 +579,34 @@ def _store_error(error: psycopg.Error, key: str | None) -> EventStoreError | Non
     return None
 
 
+def end_transaction(conn: Connection[TupleRow]) -> None:
+    """Roll back whatever `conn` has open, or close it if that fails: either way it ends.
+
+    A transaction holds its locks (a stream's turn among them) until it ends; closing the
+    session is the one sure end when the server cannot be asked.
+    """
+    if conn.closed:
+        return
+    try:
+        if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            conn.rollback()
+    except Exception:
+        conn.close()  # the session, and everything its transaction held, ends with it
+    except BaseException:
+        conn.close()
+        raise
+
+
 @contextmanager
-def _one_statement(pool: Pool) -> Iterator[Connection[TupleRow]]:
-    """A pooled connection for statements that are each their own transaction.
+def one_statement(pool: Pool, timeout: float | None = None) -> Iterator[Connection[TupleRow]]:
+    """A pooled connection for statements that are each their own transaction (or that send
+    their own BEGIN and COMMIT), checked out within `timeout` (else the pool's).
 
     In autocommit a statement is one round trip; the pool's transactional default would add a
     COMMIT round trip to every read. The pool's other users expect transactions, so the switch
     (a client-side flag, no round trip) is undone before the connection goes back.
     """
-    with pool.connection() as conn:
+    with pool.connection(timeout) as conn:
         conn.autocommit = True
         try:
             yield conn
@@ -464,6 +641,8 @@ class _PendingAppend:
     row: tuple[Any, ...] | None = None
     error: BaseException | None = None
     done: bool = False
+    # The WAL write position read after the append's commit, where the same message read it.
+    commit_lsn: str | None = None
 
     def arguments(self) -> tuple[str | None, ...]:
         """Its entries in append_batch()'s five arrays."""
@@ -476,8 +655,8 @@ class _GroupCommit:
     The first append to arrive while no call is in flight leads: it sends itself at once. The
     appends that arrive while a call is in flight queue up, and when it returns one of them
     leads the next call for all of them. So a lone append waits for nothing, and under load one
-    lock, one commit and one disk flush serve many appends: the log's lock is held through
-    the commit, which made appends run at one per flush whatever the number of tables.
+    commit and one disk flush serve many appends. (Under the log's lock of before migration
+    0030, held through the commit, it was what let appends run faster than one per flush.)
     """
 
     def __init__(self, send: Callable[[Sequence[_PendingAppend]], None]) -> None:
@@ -504,7 +683,7 @@ class _GroupCommit:
                     continue
                 if pending in self._queue:
                     self._queue.remove(pending)
-                    raise AppendTimedOut("its turn in the log's queue")
+                    raise AppendTimedOut("its turn in the log's queue", by_deadline=True)
                 # In a batch already: its call is bounded by this very deadline.
                 self._turn.wait(0.05)
             if pending.done:
@@ -543,29 +722,140 @@ class PostgresEventStore(EventStore):
         lock_timeout: timedelta = LOCK_TIMEOUT,
         statement_timeout: timedelta = STATEMENT_TIMEOUT,
         group_commit: bool = True,
+        sequencing: Sequencing = "inline",
+        backlog_bound: timedelta | None = BACKLOG_BOUND,
     ) -> None:
         super().__init__(clock, upcasters)
         self._pool = pool
-        # The append's one wait is for the log's lock (and a key's row, under it), so the two
-        # bounds are one: the smaller, set by the append on its own transaction (migration
-        # 0013), where a session setting would need two more statements a bet to set and reset.
+        # The append's one wait is for its rows' locks (and a key's row), so the two bounds
+        # are one: the smaller, set by the append on its own transaction (migration 0013),
+        # where a session setting would need two more statements a bet to set and reset.
         self._wait_limit = min(lock_timeout, statement_timeout)
         self._statement_binds = statement_timeout < lock_timeout
+        self._backlog_bound = None if backlog_bound is None else _milliseconds(backlog_bound)
         # Off only to measure what it buys (bench/contention.py): each append its own call.
         self._group = _GroupCommit(self._append_batch) if group_commit else None
+        self._sequencing = sequencing
 
     def append(
         self,
         streams: Sequence[StreamAppend],
         metadata: EventMetadata,
         idempotency: Idempotency | None = None,
+        outbox: Sequence[OutboxRow] = (),
     ) -> AppendResult:
         """Append every stream's events atomically, or none; raise ConcurrencyConflict if stale.
 
+        Returns once the append is durable, with its streams' versions: its positions come
+        from the sequencer, later ("background"), or before this returns ("inline").
         Appends that arrive while this process's previous call is in flight go together in
-        the next call (group commit: one lock, one commit, one flush for all of them); a lone
-        append is sent at once.
+        the next call (group commit: one commit, one flush for all of them); a lone append is
+        sent at once. An append with `outbox` rows goes alone, in a transaction of its own that
+        writes the rows too (`_append_with_outbox`).
         """
+        pending = self._pending(streams, metadata, idempotency)
+        if outbox:
+            self._append_with_outbox(pending, outbox)
+        elif self._group is not None:
+            self._group.submit(pending)
+        else:
+            self._append_batch([pending])
+        return self._answer(pending, streams)
+
+    def append_in_transaction(
+        self,
+        conn: Connection[TupleRow],
+        streams: Sequence[StreamAppend],
+        metadata: EventMetadata,
+        idempotency: Idempotency | None = None,
+        outbox: Sequence[OutboxRow] = (),
+    ) -> AppendResult:
+        """Append in `conn`'s open transaction and commit it, in one round trip; as `append`.
+
+        For a writer that took its stream's turn in that transaction (events/stream_locks.py):
+        the commit that makes the append durable also ends the turn, and the append bypasses
+        the group commit, whose batch cannot join a transaction that another caller holds
+        open. On any error the transaction is rolled back (or the connection closed), so the
+        turn ends with nothing written. `outbox` rows are written in the same transaction,
+        once append_batch() has reported the append made (not refused, not a replay): a round
+        trip for the append, one a row, and the COMMIT, as `_append_with_outbox` does.
+        """
+        try:
+            pending = self._pending(streams, metadata, idempotency)
+            wait_limit, deadline_binds = self._wait_within_deadline()
+            arguments = [*pending.arguments(), _milliseconds(wait_limit), self._backlog_bound]
+            cursor = psycopg.ClientCursor(conn)
+            if not outbox:
+                # The append and the COMMIT in one message (simple query protocol, the
+                # arguments bound client-side): one round trip, answered after the flush. The
+                # WAL position read after the COMMIT, in its own implicit transaction, is at or
+                # past the commit record: the write's consistency token, with no round trip
+                # of its own (service/web/consistency.py).
+                cursor.execute(_APPEND_BATCH_ONE + "; COMMIT; " + WAL_POSITION, arguments)
+                pending.row = cursor.fetchone()
+                cursor.nextset()  # the COMMIT's
+                if cursor.nextset():
+                    position = cursor.fetchone()
+                    if position is not None and position[0] is not None:
+                        pending.commit_lsn = str(position[0])
+            else:
+                cursor.execute(_APPEND_BATCH_ONE, arguments)
+                row = cursor.fetchone()
+                assert row is not None  # one row for the append given
+                if row[1] is None and row[3] is None:
+                    for statement, params in (_outbox_insert(r) for r in outbox):
+                        cursor.execute(statement, params)
+                    cursor.execute("COMMIT")
+                else:
+                    # Replayed (its rows went in with its first use) or refused: none now.
+                    cursor.execute("ROLLBACK")
+                pending.row = row
+        except psycopg.Error as error:
+            end_transaction(conn)
+            typed = self._append_error(error, deadline_binds)
+            if typed is not None:
+                raise typed from error
+            raise
+        except BaseException:
+            end_transaction(conn)
+            raise
+        return self._answer(pending, streams)
+
+    def begin_turn(
+        self,
+        conn: Connection[TupleRow],
+        lock: str,
+        lock_arguments: Sequence[object],
+        stream_id: str,
+        read_from: int | None,
+    ) -> list[RecordedEvent] | None:
+        """BEGIN, `lock`, and the stream's events from `read_from` on, in one round trip.
+
+        For a writer taking its stream's turn (events/stream_locks.py) on `conn`, which must
+        be in autocommit, so that psycopg sends no BEGIN of its own first. One message in the
+        simple query protocol, the arguments bound client-side: in a psycopg pipeline each
+        statement goes out and is answered on its own (two exchanges here, not one). The
+        read's snapshot is taken after the lock is granted: each statement of a
+        read-committed transaction takes its own. None when `read_from` is None.
+        """
+        cursor = psycopg.ClientCursor(conn, row_factory=event_rows)
+        query, arguments = "BEGIN; " + lock, list(lock_arguments)
+        if read_from is not None:
+            query += "; " + _READ_STREAM
+            arguments += [stream_id, read_from, stream_id, read_from]
+        cursor.execute(query, arguments)
+        if read_from is None:
+            return None
+        cursor.nextset()  # the lock's
+        cursor.nextset()  # the read's
+        return self._upcast(cursor.fetchall())
+
+    def _pending(
+        self,
+        streams: Sequence[StreamAppend],
+        metadata: EventMetadata,
+        idempotency: Idempotency | None,
+    ) -> _PendingAppend:
         check_appends(streams)
         metadata = stamp_metadata(metadata, idempotency)
         recorded_at = to_utc(self._clock())
@@ -575,30 +865,71 @@ class PostgresEventStore(EventStore):
             key, fingerprint = idempotency.key, idempotency.fingerprint
             if idempotency.response is not None:
                 response = _json(normalise(idempotency.response))
-        pending = _PendingAppend(
+        return _PendingAppend(
             documents, key, fingerprint, response, _guards(streams), deadlines.current()
         )
-        if self._group is not None:
-            self._group.submit(pending)
-        else:
-            self._append_batch([pending])
+
+    def _answer(self, pending: _PendingAppend, streams: Sequence[StreamAppend]) -> AppendResult:
+        """The result of a sent append, or its error raised; sequenced first if inline."""
         if pending.error is not None:
             raise pending.error
         row = pending.row
         assert row is not None  # the batch reports every append it was given
-        first_position, last_position, replayed, replayed_response, code, detail = row
+        append_id, replayed, replayed_response, code, detail = row
         if code is not None:
-            raise _refusal(code, detail, key)
+            raise _refusal(code, detail, pending.key)
         if replayed is not None:
             stored = AppendResult.from_json(orjson.loads(replayed), replayed=True)
             if replayed_response is None:
                 return stored
             return replace(stored, response=orjson.loads(replayed_response))
-        return AppendResult(
-            first_position,
-            last_position,
-            {s.stream_id: s.expected_version + len(s.events) for s in streams},
+        if self._sequencing == "inline":
+            try:
+                self.sequence(append_id)
+            except psycopg.Error as error:
+                # The append is durable and answered as such: it keeps its place in the
+                # sequencer's order, and the next batch (this store's or the role's) places it.
+                log.warning("appended, but could not sequence it now: %s", error)
+        result = AppendResult.of(streams)
+        return (
+            result if pending.commit_lsn is None else replace(result, commit_lsn=pending.commit_lsn)
         )
+
+    def sequence(self, append_id: int | None = None) -> None:
+        """Place committed appends in the log now, or wait (bounded) for the sequencer to.
+
+        Runs batches until everything committed so far is sequenced, unless another session
+        holds the sequencer's lock: then, for `append_id` (if given), tries the lock again
+        until the append is placed (by either), for SEQUENCED_WAIT or the caller's deadline.
+        """
+        # Within the caller's deadline too (events/deadlines.py), with the append's margin:
+        # the append is durable, and its answer must not wait past the deadline for its place.
+        wait = SEQUENCED_WAIT
+        left = deadlines.remaining()
+        if left is not None:
+            wait = min(wait, timedelta(seconds=left) - DEADLINE_MARGIN)
+        give_up = time.monotonic() + wait.total_seconds()
+        pause = 0.001
+        with one_statement(self._pool) as conn:
+            while True:
+                batch = sequence_batch(conn, wait=False)
+                if batch is not None:
+                    if batch.events < MAX_APPENDS:
+                        # Not a full batch: it took every append committed before it began,
+                        # this one's included.
+                        return
+                    continue
+                if append_id is None or time.monotonic() >= give_up:
+                    return
+                # Another session holds the sequencer's lock. The role places the append
+                # within its poll, but another inline store's batch may have begun before
+                # this append committed and end without it: so the lock is tried again too,
+                # not only waited on (waiting alone left appends unplaced for 5 s, and the
+                # log refusing every append meanwhile).
+                if wait_until_sequenced(conn, [append_id], 0):
+                    return
+                time.sleep(pause)
+                pause = min(pause * 2, 0.02)
 
     def _append_batch(self, batch: Sequence[_PendingAppend]) -> None:
         """One call of append_batch() for these appends; each gets its row or the error."""
@@ -606,22 +937,33 @@ class PostgresEventStore(EventStore):
         for pending in batch:
             for column, value in zip(columns, pending.arguments(), strict=True):
                 column.append(value)
-        # One autocommit statement is one transaction and one round trip: the function's table
-        # lock is released by a commit that the server runs without waiting for us.
+        # One autocommit statement is one transaction and one round trip: the commit (and its
+        # flush) ends the statement before the server answers.
         deadline_binds = False
         try:
-            with _one_statement(self._pool) as conn:
-                # Taken after the checkout, which may have used up some of the time left.
-                wait_limit, deadline_binds = self._wait_within_deadline()
-                rows = conn.execute(
-                    _APPEND_BATCH, [*columns, _milliseconds(wait_limit)], prepare=False
-                ).fetchall()
+            for attempt in range(_DEADLOCK_RETRIES):
+                try:
+                    with one_statement(self._pool) as conn:
+                        # Taken after the checkout (and before each retry), which may have
+                        # used up some of the time left.
+                        wait_limit, deadline_binds = self._wait_within_deadline()
+                        # Prepared: parsing, analysing and planning the call afresh was a
+                        # tenth of an append's server CPU. (It was never prepared while it ran
+                        # in a pipeline, where a failed statement's Parse is skipped.)
+                        rows = conn.execute(
+                            _APPEND_BATCH,
+                            [*columns, _milliseconds(wait_limit), self._backlog_bound],
+                            prepare=True,
+                        ).fetchall()
+                    break
+                except psycopg.errors.DeadlockDetected:
+                    # Two batches whose keys' twins met in opposite orders (their streams are
+                    # locked in sorted order and cannot deadlock): nothing was written, and
+                    # the retry finds the twin committed. Never a client's error.
+                    if attempt == _DEADLOCK_RETRIES - 1:
+                        raise
         except psycopg.Error as error:
-            typed = _store_error(error, None)
-            if isinstance(typed, AppendTimedOut) and self._statement_binds:
-                typed = AppendTimedOut("its statement to finish")
-            if isinstance(typed, AppendTimedOut) and deadline_binds:
-                typed = AppendTimedOut("the log within the request's time")
+            typed = self._append_error(error, deadline_binds)
             if typed is None and len(batch) > 1 and not isinstance(error, psycopg.OperationalError):
                 # An error of one append's own making (the function refuses malformed input)
                 # fails the whole transaction: try each alone, so only its own caller sees it.
@@ -640,6 +982,55 @@ class PostgresEventStore(EventStore):
         for pending, row in zip(batch, rows, strict=True):
             pending.row = row
 
+    def _append_with_outbox(self, pending: _PendingAppend, outbox: Sequence[OutboxRow]) -> None:
+        """One append and its outbox rows in one transaction: both committed, or neither.
+
+        append_batch() runs here as one statement of a longer transaction rather than as the
+        whole of one: a refusal or a replay it reports in its row rolls the transaction back, so
+        no row outlives an append that was not made. Not in a group-commit batch, whose other
+        appends would share the rows' fate; outbox appends are rare beside bets.
+        """
+        columns = [[value] for value in pending.arguments()]
+        statements = [_outbox_insert(row) for row in outbox]
+        deadline_binds = False
+        try:
+            for attempt in range(_DEADLOCK_RETRIES):
+                try:
+                    with self._pool.connection() as conn:
+                        wait_limit, deadline_binds = self._wait_within_deadline()
+                        with conn.transaction() as transaction:
+                            row = conn.execute(
+                                _APPEND_BATCH,
+                                [*columns, _milliseconds(wait_limit), self._backlog_bound],
+                                prepare=False,
+                            ).fetchone()
+                            assert row is not None  # one row for each append given
+                            if row[1] is None and row[3] is None:
+                                for statement, params in statements:
+                                    conn.execute(statement, params)
+                            else:
+                                # Replayed (its rows went in with its first use) or refused.
+                                raise psycopg.Rollback(transaction)
+                    break
+                except psycopg.errors.DeadlockDetected:
+                    if attempt == _DEADLOCK_RETRIES - 1:
+                        raise
+        except psycopg.Error as error:
+            typed = self._append_error(error, deadline_binds)
+            pending.error = typed if typed is not None else error
+            return
+        pending.row = row
+
+    def _append_error(self, error: psycopg.Error, deadline_binds: bool) -> EventStoreError | None:
+        """The store's typed error for an append's database error, None if it has none; a
+        timeout names what bound it (the statement's limit, or the request's deadline)."""
+        typed = _store_error(error, None)
+        if isinstance(typed, AppendTimedOut) and self._statement_binds:
+            typed = AppendTimedOut("its statement to finish")
+        if isinstance(typed, AppendTimedOut) and deadline_binds:
+            typed = AppendTimedOut("the log within the request's time", by_deadline=True)
+        return typed
+
     def _wait_within_deadline(self) -> tuple[timedelta, bool]:
         """How long the append may wait for the log, and whether the deadline set that.
 
@@ -652,13 +1043,13 @@ class PostgresEventStore(EventStore):
             return self._wait_limit, False
         server_left = timedelta(seconds=left) - DEADLINE_MARGIN
         if server_left <= timedelta(0):
-            raise AppendTimedOut("the log within the request's time")
+            raise AppendTimedOut("the log within the request's time", by_deadline=True)
         if server_left < self._wait_limit:
             return server_left, True
         return self._wait_limit, False
 
     def _read(self, query: sql.Composable | str, params: Sequence[object]) -> list[RecordedEvent]:
-        with _one_statement(self._pool) as conn:
+        with one_statement(self._pool) as conn:
             cursor = conn.cursor(row_factory=event_rows)
             cursor.execute(query, params)  # type: ignore[arg-type]
             return cursor.fetchall()
@@ -667,7 +1058,7 @@ class PostgresEventStore(EventStore):
         self, stream_id: str, from_version: int = 1, *, upcast: bool = True
     ) -> list[RecordedEvent]:
         """A stream's events from `from_version` on, upcast to their latest schema unless told."""
-        events = self._read(_READ_STREAM, [stream_id, from_version])
+        events = self._read(_READ_STREAM, [stream_id, from_version, stream_id, from_version])
         return self._upcast(events) if upcast else events
 
     def read_all(
@@ -737,11 +1128,11 @@ class PostgresEventStore(EventStore):
         query = sql.SQL(
             "SELECT {} FROM events WHERE position > %s AND position <= %s{} ORDER BY position"
         ).format(sql.SQL(EVENT_COLUMNS), conditions)
-        # Why fetching ahead is safe: positions are gapless and become visible in commit order
-        # (an append holds the exclusive lock until after its commit is visible). Once a head
-        # h is visible, every position up to h has committed, so the range (a, b] with b <= h
-        # returns the same events whenever and on whichever connection it is read: a batch
-        # fetched early can never miss an event that commits late.
+        # Why fetching ahead is safe: positions are gapless and become visible in position
+        # order (only the sequencer writes events, one batch's transaction after another).
+        # Once a head h is visible, every position up to h has committed, so the range (a, b]
+        # with b <= h returns the same events whenever and on whichever connection it is read:
+        # a batch fetched early can never miss an event that commits late.
         after, head = from_position, self._head_until(to_position)
         with ThreadPoolExecutor(READ_AHEAD, thread_name_prefix="shoebox-read-ahead") as ahead:
             pending: deque[Future[list[T]]] = deque()
@@ -776,7 +1167,7 @@ class PostgresEventStore(EventStore):
     ) -> list[T]:
         # Converted on the read-ahead thread too: while one thread decodes, the other's query
         # runs on the server, and the caller gets a batch that is ready to use.
-        with _one_statement(self._pool) as conn:
+        with one_statement(self._pool) as conn:
             cursor = conn.cursor()
             if as_recorded:
                 cursor.adapters.register_loader("timestamptz", _TimestampOrText)
@@ -785,20 +1176,20 @@ class PostgresEventStore(EventStore):
 
     def head(self) -> int:
         """The position of the last event in the log (0 when it is empty)."""
-        with _one_statement(self._pool) as conn:
+        with one_statement(self._pool) as conn:
             row = conn.execute(_HEAD).fetchone()
         assert row is not None
         return int(row[0])
 
     def last_of_stream(self, stream_id: str, *, upcast: bool = True) -> RecordedEvent | None:
         """A stream's last event, or None for an empty stream."""
-        events = self._read(_LAST_OF_STREAM, [stream_id])
+        events = self._read(_LAST_OF_STREAM, [stream_id, stream_id])
         events = self._upcast(events) if upcast else events
         return events[0] if events else None
 
     def idempotency_record(self, key: str) -> IdempotencyRecord | None:
         """What an idempotency key was used for, or None if no append recorded it."""
-        with _one_statement(self._pool) as conn:
+        with one_statement(self._pool) as conn:
             cursor = conn.cursor()
             set_json_loads(orjson.loads, cursor)
             row = cursor.execute(_FIND_RECORD, [key]).fetchone()
@@ -814,7 +1205,7 @@ class PostgresEventStore(EventStore):
         document = _json(normalise(response))
         created_at = to_utc(self._clock())
         try:
-            with _one_statement(self._pool) as conn:
+            with one_statement(self._pool) as conn:
                 cursor = conn.cursor()
                 set_json_loads(orjson.loads, cursor)
                 row = cursor.execute(_INSERT_RESPONSE, [key, document, created_at, key]).fetchone()
@@ -840,7 +1231,7 @@ class PostgresEventStore(EventStore):
             "nonce": nonce,
         }
         try:
-            with _one_statement(self._pool) as conn:
+            with one_statement(self._pool) as conn:
                 row = conn.execute(_CLAIM_SECRET, values).fetchone()
                 if row is None:
                     # A twin's claim committed while ours waited on it, after this statement's
@@ -853,6 +1244,6 @@ class PostgresEventStore(EventStore):
 
     def load_shoe_secret(self, shoe_id: str) -> str | None:
         """A live shoe's server seed, or None if none was stored."""
-        with _one_statement(self._pool) as conn:
+        with one_statement(self._pool) as conn:
             row = conn.execute(_LOAD_SECRET, [shoe_id]).fetchone()
         return None if row is None else str(row[0])

@@ -22,7 +22,10 @@ GENESIS_HASH = "0" * 64
 """The `prev_hash` of the first event in the log."""
 
 NOTIFY_CHANNEL = "shoebox_events"
-"""The LISTEN/NOTIFY channel an append announces its last position on."""
+"""The LISTEN/NOTIFY channel the sequencer announces the log's new head on."""
+
+UNSEQUENCED = 0
+"""The position of an event that is committed but not yet sequenced (read_stream shows it)."""
 
 
 class EventStoreError(Exception):
@@ -60,15 +63,34 @@ class UnknownIdempotencyKey(EventStoreError):  # noqa: N818
 
 
 class AppendTimedOut(EventStoreError):  # noqa: N818
-    """An append waited too long for the log's lock, or ran too long; nothing was appended.
+    """An append waited too long for its streams' row locks, or ran too long; nothing was appended.
 
     Retrying later is safe and usually works: the wait is bounded so that a stuck append
     (a long lock held by hand, an overloaded server) costs callers a quick refusal, not a hang.
     """
 
-    def __init__(self, waited_for: str) -> None:
+    def __init__(self, waited_for: str, *, by_deadline: bool = False) -> None:
         super().__init__(f"the append gave up waiting for {waited_for}; nothing was appended")
         self.waited_for = waited_for
+        # True when the caller's deadline (events/deadlines.py) ended the wait, not the
+        # append's own bound: an operator tells a slow request from a contended stream so.
+        self.by_deadline = by_deadline
+
+
+class LogBusy(EventStoreError):  # noqa: N818
+    """The sequencer is behind (or absent) by more than the bound; nothing was appended.
+
+    Refused so that the backlog of appends without a position stays bounded, and so that no
+    reader waits on it without bound. Retrying after `retry_after` seconds is safe.
+    """
+
+    def __init__(self, behind_seconds: float, retry_after: int = 1) -> None:
+        super().__init__(
+            f"the log is busy: its oldest unsequenced append waited {behind_seconds:.1f} s;"
+            " nothing was appended"
+        )
+        self.behind_seconds = behind_seconds
+        self.retry_after = retry_after
 
 
 class ShoeSecretAlreadyStored(EventStoreError):  # noqa: N818
@@ -109,35 +131,84 @@ class Idempotency:
     response: JsonValue | None = field(default=None, compare=False)
 
 
+OutboxValue: TypeAlias = str | int | bool | datetime | Sequence[str] | None
+"""A value an outbox row may hold: text, a whole number, a flag, a moment, a text array."""
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxRow:
+    """A row of the caller's own table, written in the same transaction as an append (an outbox).
+
+    For work the events owe the world (a call to make, a message to send): committed with
+    them or not at all, so that a crash between the append and whatever reads the log later
+    cannot lose it. The store knows nothing of what the row means. The row is inserted once:
+    a row already holding its `key` is left as it is, unless `update` names columns to set
+    to this row's values. Not written when the append is refused or replayed.
+    """
+
+    table: str
+    values: Mapping[str, OutboxValue]
+    key: tuple[str, ...]
+    update: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.key or not set(self.key) <= set(self.values):
+            raise ValueError(f"an outbox row of {self.table!r} needs its key among its values")
+        if not set(self.update) <= set(self.values) - set(self.key):
+            raise ValueError(f"an outbox row of {self.table!r} updates a column it does not set")
+
+
 @dataclass(frozen=True, slots=True)
 class AppendResult:
-    """Where an append landed: its positions and each stream's new version."""
+    """What an append recorded: each stream's new version, and which versions it added.
 
-    first_position: int
-    last_position: int
+    No positions: an append is answered once it is durable, before the sequencer gives it its
+    place in the log (docs/scaling.md, "The sequencer"). Its events are found by version.
+    """
+
     versions: Mapping[str, int]
+    # The streams the append added events to, in append order, each with its first and last
+    # new version (a guard adds none and is only in `versions`).
+    appended: tuple[tuple[str, int, int], ...]
     # True when an idempotency key matched and nothing was appended; equality ignores it so
     # that a replayed result compares equal to the original.
     replayed: bool = field(default=False, compare=False)
     # For a replay: the response stored with the key, if its first request stored one.
     response: JsonValue | None = field(default=None, compare=False)
+    # The primary's WAL write position read just after this append's own commit, in the same
+    # round trip (a stream's turn reads it so), as pg_lsn text; None where it was not read.
+    commit_lsn: str | None = field(default=None, compare=False)
+
+    @classmethod
+    def of(cls, streams: Sequence[StreamAppend]) -> AppendResult:
+        """The result of appending `streams` as they are: known before the append runs."""
+        return cls(
+            {s.stream_id: s.expected_version + len(s.events) for s in streams},
+            tuple(
+                (s.stream_id, s.expected_version + 1, s.expected_version + len(s.events))
+                for s in streams
+                if s.events
+            ),
+        )
 
     def to_json(self) -> dict[str, JsonValue]:
         """The JSON form stored with an idempotency key."""
         return {
-            "first_position": self.first_position,
-            "last_position": self.last_position,
             "versions": dict(self.versions),
+            "appended": [list(entry) for entry in self.appended],
         }
 
     @classmethod
     def from_json(cls, document: Mapping[str, object], *, replayed: bool) -> AppendResult:
-        """Rebuild a result from `to_json`'s form."""
-        versions = document["versions"]
-        first, last = document["first_position"], document["last_position"]
-        if not (isinstance(versions, dict) and isinstance(first, int) and isinstance(last, int)):
+        """Rebuild a result from `to_json`'s form (a key of before 0030 also has positions)."""
+        versions, appended = document.get("versions"), document.get("appended")
+        if not (isinstance(versions, dict) and isinstance(appended, list)):
             raise TypeError(f"not an append result: {document!r}")
-        return cls(first, last, {str(k): int(v) for k, v in versions.items()}, replayed=replayed)
+        return cls(
+            {str(k): int(v) for k, v in versions.items()},
+            tuple((str(s), int(first), int(last)) for s, first, last in appended),
+            replayed=replayed,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,14 +279,22 @@ class EventStore(ABC):
         streams: Sequence[StreamAppend],
         metadata: EventMetadata,
         idempotency: Idempotency | None = None,
+        outbox: Sequence[OutboxRow] = (),
     ) -> AppendResult:
-        """Append every stream's events atomically, or none; raise ConcurrencyConflict if stale."""
+        """Append every stream's events atomically, or none; raise ConcurrencyConflict if stale.
+
+        `outbox` rows are written in the same transaction as the events (see OutboxRow).
+        """
 
     @abstractmethod
     def read_stream(
         self, stream_id: str, from_version: int = 1, *, upcast: bool = True
     ) -> list[RecordedEvent]:
-        """A stream's events from `from_version` on, upcast to their latest schema unless told."""
+        """A stream's events from `from_version` on, upcast to their latest schema unless told.
+
+        Every committed event of the stream, sequenced or not, as a command deciding on the
+        stream needs: one not yet sequenced has position UNSEQUENCED and no hashes yet.
+        """
 
     @abstractmethod
     def read_all(
@@ -229,6 +308,7 @@ class EventStore(ABC):
     ) -> list[RecordedEvent]:
         """Up to `limit` events after `from_position` in log order, optionally filtered.
 
+        Only sequenced events: an append's events appear here once the sequencer placed them.
         Pass `upcast=False` to get events exactly as recorded, which is what the chain hashes.
         """
 

@@ -21,7 +21,7 @@ import psycopg
 from psycopg import Connection, sql
 from psycopg.rows import TupleRow
 
-from events.postgres import EVENT_COLUMNS, Pool, event_rows
+from events.postgres import EVENT_COLUMNS, Pool, event_rows, keep_from_forks
 from events.store import NOTIFY_CHANNEL, Clock, RecordedEvent, to_utc, utc_now
 from events.upcasting import Upcasters
 
@@ -46,6 +46,16 @@ ON CONFLICT (subscription) DO NOTHING
 # application already has. A twin blocked here resumes with the checkpoint its rival
 # committed, because READ COMMITTED re-reads a locked row once the lock is granted.
 _LOCK_CHECKPOINT = "SELECT position FROM checkpoints WHERE subscription = %s FOR UPDATE"
+# The checkpoint lock's wait is bounded: a holder that never lets go (a session whose client
+# died unseen, events/postgres.py's _detach_in_child) otherwise hangs every twin forever. Set
+# for the transaction's lock statements only, then back to the session's own.
+CHECKPOINT_LOCK_WAIT: Final = "5s"
+CHECKPOINT_LOCK_ATTEMPTS: Final = 3
+"""Waits of CHECKPOINT_LOCK_WAIT a batch before its caller hears of it (as an OperationalError,
+which `run` logs and retries after its poll interval)."""
+# The target list is evaluated in order: the session's own setting is read before it is set.
+_BOUND_LOCK_WAIT = "SELECT current_setting('lock_timeout'), set_config('lock_timeout', %s, true)"
+_RESTORE_LOCK_WAIT = "SELECT set_config('lock_timeout', %s, true)"
 _HEAD = "SELECT position FROM events ORDER BY position DESC LIMIT 1"
 _MOVE_CHECKPOINT = "UPDATE checkpoints SET position = %s, updated_at = %s WHERE subscription = %s"
 _READ_CHECKPOINT = "SELECT position FROM checkpoints WHERE subscription = %s"
@@ -147,6 +157,7 @@ class LogFollower(ABC):
         conninfo, kwargs = self._listener_conninfo()
         try:
             listener = psycopg.connect(conninfo, **kwargs, autocommit=True)
+            keep_from_forks(listener)
         except psycopg.OperationalError:
             # Polling alone still delivers every event; only latency suffers.
             _logger.exception("subscription %s cannot LISTEN; polling instead", self.name)
@@ -182,6 +193,12 @@ class LogFollower(ABC):
             _logger.exception("subscription %s lost its LISTEN connection", self.name)
             return False
         return True
+
+
+class _CheckpointLockTimedOutError(Exception):
+    def __init__(self, error: psycopg.errors.LockNotAvailable) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 class CatchUpSubscription(LogFollower):
@@ -241,8 +258,36 @@ class CatchUpSubscription(LogFollower):
         """Handle the next batch after the checkpoint and move the checkpoint, in one transaction.
 
         If the handler raises, the transaction rolls back, the checkpoint stays where it was and
-        the error propagates; the next call retries the same batch.
+        the error propagates; the next call retries the same batch. A wait for the checkpoint's
+        lock past CHECKPOINT_LOCK_WAIT is given up and tried again, CHECKPOINT_LOCK_ATTEMPTS
+        times, then raised (LockNotAvailable).
         """
+        for attempt in range(1, CHECKPOINT_LOCK_ATTEMPTS + 1):
+            try:
+                return self._process_batch()
+            except _CheckpointLockTimedOutError as timed_out:
+                _logger.warning(
+                    "subscription %s waited %s for its checkpoint's lock (attempt %d of %d)",
+                    self.name,
+                    CHECKPOINT_LOCK_WAIT,
+                    attempt,
+                    CHECKPOINT_LOCK_ATTEMPTS,
+                )
+                if attempt == CHECKPOINT_LOCK_ATTEMPTS:
+                    raise timed_out.error from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _lock_checkpoint(self, conn: Connection[TupleRow]) -> tuple[Any, ...] | None:
+        bound = conn.execute(_BOUND_LOCK_WAIT, [CHECKPOINT_LOCK_WAIT]).fetchone()
+        assert bound is not None  # a SELECT without FROM: always a row
+        try:
+            locked = conn.execute(_LOCK_CHECKPOINT, [self.name]).fetchone()
+        except psycopg.errors.LockNotAvailable as error:
+            raise _CheckpointLockTimedOutError(error) from error
+        conn.execute(_RESTORE_LOCK_WAIT, [bound[0]])
+        return locked
+
+    def _process_batch(self) -> BatchOutcome:
         with self._pool.connection() as conn, conn.transaction():
             # A plain read first: finding nothing new then takes no row lock, hence no
             # transaction id and no WAL flush at commit (the sweeper catches the index of open
@@ -253,10 +298,10 @@ class CatchUpSubscription(LogFollower):
             seen, newest = peeked
             if seen is not None and (newest or 0) <= seen:
                 return BatchOutcome(0, int(seen), int(seen))
-            locked = conn.execute(_LOCK_CHECKPOINT, [self.name]).fetchone()
+            locked = self._lock_checkpoint(conn)
             if locked is None:
                 conn.execute(_ENSURE_CHECKPOINT, [self.name, to_utc(self._clock())])
-                locked = conn.execute(_LOCK_CHECKPOINT, [self.name]).fetchone()
+                locked = self._lock_checkpoint(conn)
                 assert locked is not None  # inserted above, or by a twin that has committed
             before = int(locked[0])
             # Read the head BEFORE the batch: the batch's later snapshot then holds every

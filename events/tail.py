@@ -11,6 +11,10 @@ Appends commit in position order (the append lock of migrations/0002), so "every
 position p" read at any moment is a gapless prefix of what will ever follow p: a reader that
 resumes after the last position it delivered misses nothing and repeats nothing.
 
+A tail that cannot LISTEN (a hot standby's) polls every `poll_seconds` instead, and `wake`
+lets a signal from elsewhere (the sequencer's, over Redis: service/runtime/head_signal.py)
+cut the wait short.
+
 Everything here uses `threading` primitives, which gevent's monkey-patching makes
 cooperative: under gunicorn's gevent worker the tail is a greenlet and each waiter another.
 """
@@ -20,6 +24,7 @@ from __future__ import annotations
 import bisect
 import logging
 import threading
+import time
 from collections.abc import Callable, Collection, Sequence
 from contextlib import closing
 from dataclasses import dataclass, field
@@ -46,6 +51,8 @@ COALESCE_SECONDS: Final = 0.02
 """How long the tail lets appends gather after a NOTIFY before it reads them: a bound on the
 latency it adds, and what turns a burst of appends into one wake-up of each client."""
 """How long the tail waits before reconnecting after losing the database."""
+REPLAY_WAIT_SECONDS: Final = 0.005
+"""Woken with a head its standby has not replayed yet, how long the tail waits to look again."""
 
 _HEAD = "SELECT coalesce(max(position), 0) FROM events"
 # The primary key's range: only what was appended since the tail last looked.
@@ -111,8 +118,15 @@ class LogTail:
         poll_seconds: float = POLL_SECONDS,
         coalesce_seconds: float = COALESCE_SECONDS,
         upcasters: Upcasters | None = None,
+        listen: bool = True,
+        on_start: Callable[[], None] | None = None,
     ) -> None:
         self._connect = connect
+        # Started with the tail: what calls `wake` (a replica's Redis signal), if anything.
+        self._on_start = on_start
+        # A hot standby refuses LISTEN (and no NOTIFY reaches it): a tail there polls the
+        # log's positions every `poll_seconds` instead (docs/scaling.md, "Reads from replicas").
+        self._listen = listen
         self._coalesce_seconds = coalesce_seconds
         self._keep = keep
         self._memory = memory
@@ -130,6 +144,10 @@ class LogTail:
         self._ready = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        # Without LISTEN: the head a signal announced, when, and the wake-up it set.
+        self._wanted = 0
+        self._wanted_at = 0.0
+        self._woken = threading.Event()
 
     @property
     def head(self) -> int:
@@ -148,11 +166,14 @@ class LogTail:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="log-tail", daemon=True)
                 self._thread.start()
+                if self._on_start is not None:
+                    self._on_start()
         return self._ready.wait(timeout)
 
     def stop(self) -> None:
         """Stop following the log and wake every waiter, so that each can say goodbye."""
         self._stopping.set()
+        self._woken.set()
         with self._lock:
             waiters = list(self._waiters)
         for waiter in waiters:
@@ -167,6 +188,15 @@ class LogTail:
         with self._lock:
             self._waiters.add(waiter)
         return waiter
+
+    def wake(self, head: int) -> None:
+        """The log's head is at `head` (a signal from the sequencer): read it now, not at the
+        next poll. Only a tail without LISTEN needs it; a late or lost call costs one poll."""
+        with self._lock:
+            if head > self._wanted:
+                self._wanted = head
+                self._wanted_at = time.monotonic()
+        self._woken.set()
 
     def unsubscribe(self, waiter: Waiter) -> None:
         """Forget a waiter."""
@@ -189,7 +219,8 @@ class LogTail:
             try:
                 with self._connect() as conn:
                     conn.autocommit = True
-                    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(NOTIFY_CHANNEL)))
+                    if self._listen:
+                        conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(NOTIFY_CHANNEL)))
                     if not self._ready.is_set():
                         row = conn.execute(_HEAD).fetchone()
                         with self._lock:
@@ -231,6 +262,23 @@ class LogTail:
                 return
 
     def _await_notification(self, conn: Connection[TupleRow]) -> None:
+        if not self._listen:
+            with self._lock:
+                # Woken with a head its standby has not replayed yet (a few ms behind the
+                # primary): look again shortly, for at most one poll interval.
+                behind = self._wanted > self._head
+                if behind and time.monotonic() - self._wanted_at > self._poll_seconds:
+                    behind = False
+                    self._wanted = self._head
+            if behind:
+                self._stopping.wait(REPLAY_WAIT_SECONDS)
+                return
+            if self._woken.wait(self._poll_seconds):
+                # As after a NOTIFY: the batches that follow within a moment are read with it,
+                # and the standby's replay (a few ms behind) most often has it by then.
+                self._stopping.wait(self._coalesce_seconds)
+            self._woken.clear()
+            return
         # closing(): the generator holds the connection's lock until it is closed.
         with closing(conn.notifies(timeout=self._poll_seconds, stop_after=1)) as notifies:
             for _ in notifies:

@@ -255,12 +255,16 @@ def serve(
     with database_url(settings) as url, metrics_directory():
         # Imported here: the CLI's other commands should not pay for importing the whole app,
         # and prometheus_client must first see PROMETHEUS_MULTIPROC_DIR (metrics_directory).
+        from service.cli.audit import refuse_to_start_on_cut_log
+        from service.cli.wallet import refuse_to_start_on_mode_change
         from service.web.app import create_app
 
         applied = apply_migrations(url)
         if applied:
             _logger.info("applied %d migration(s)", len(applied))
         wired = replace(settings, database_url=url)
+        refuse_to_start_on_mode_change(settings, url)
+        refuse_to_start_on_cut_log(settings, url)
         if settings.demo:
             # Before the workers fork, so that every worker's /play acts with the same keys.
             from service.runtime.demo import ensure_demo_keys
@@ -278,7 +282,7 @@ def serve(
             f" x {threads} threads" if worker_class == "gthread" else "",
         )
         ShoeboxServer(
-            lambda: create_app(wired, pool_size=size),
+            lambda: create_app(wired, pool_size=size, sequencer=True),
             gunicorn_options(binds, workers, threads, worker_class),
         ).run()
 
@@ -310,12 +314,19 @@ def _recover_interrupted_rounds(settings: Settings) -> None:
     from service.application.game.recovery import recover_on_start
     from service.application.game.tables import GameService
     from service.application.upcasters import upcasters
+    from service.runtime.seamless_wiring import owed_calls
 
     assert settings.database_url is not None
     conninfo = settings.app_database_url or app_conninfo(settings.database_url, environ={})
     with open_pool(conninfo, max_size=2) as pool:
         store = PostgresEventStore(pool, utc_now, upcasters())
-        games = GameService(store, utc_now, snapshots=PostgresSnapshotStore(pool, utc_now))
+        games = GameService(
+            store,
+            utc_now,
+            snapshots=PostgresSnapshotStore(pool, utc_now),
+            seamless=settings.is_seamless,
+            owed=owed_calls(settings, pool),
+        )
         open_rounds = PostgresOpenRounds(pool, upcasters())
         recovered = recover_on_start(store, games, utc_now, open_rounds)
     if recovered:

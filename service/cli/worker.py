@@ -65,6 +65,15 @@ def worker(
     with database_url(settings) as db_url, redis_url(settings) as queue_url:
         # Harmless when `shoebox serve` got there first: yoyo takes a lock and skips the applied.
         apply_migrations(db_url)
+        from service.cli.wallet import refuse_to_start_on_mode_change
+
+        # The worker sends and settles seamless calls: it must not start on a mode change
+        # that strands money either.
+        refuse_to_start_on_mode_change(settings, db_url)
+        # Nor deal, on a log that lost a tail nobody recorded, the lost rounds' cards again.
+        from service.cli.audit import refuse_to_start_on_cut_log
+
+        refuse_to_start_on_cut_log(settings, db_url)
         if rebuilds and queue_name is not None:
             raise click.UsageError("--rebuilds names its queue; leave out --queue")
         name = REBUILD_QUEUE if rebuilds else (queue_name or WINDOW_QUEUE)
@@ -72,11 +81,19 @@ def worker(
         jobs.configure(
             replace(settings, database_url=db_url, redis_url=queue_url),
             WINDOW_QUEUE if rebuilds else name,
+            # Any long-running worker stands for the sequencer's role (below): its appends
+            # are placed by whichever process holds it, never waited for.
+            sequencing="inline" if burst else "background",
         )
         periodic: tuple[rq_worker.Periodic, ...] = ()
         if not rebuilds:
             # Interrupted rounds are looked for now and then every minute (service/recovery.py).
             periodic += ((jobs.RECOVERY_JOB_PREFIX, jobs.schedule_recovery),)
+            # Owed calls to seamless operators' wallets are sent every 2 s.
+            if settings.seamless_wallets:
+                periodic += ((jobs.DELIVERY_JOB_PREFIX, jobs.schedule_delivery),)
+                # And the day before is reconciled with each wallet once, within the hour.
+                periodic += ((jobs.RECONCILIATION_JOB_PREFIX, jobs.schedule_reconciliation),)
             # The log's head is signed every minute that saw appends, if a signing key is set.
             if signing_keys(settings) is not None:
                 periodic += ((jobs.CHECKPOINT_JOB_PREFIX, jobs.schedule_checkpoints),)
@@ -88,6 +105,15 @@ def worker(
             # What this process records: the windows' lateness, its appends, the rounds it dealt.
             served = MetricsServer(metrics_host, metrics_port)
             click.echo(f"worker metrics on http://{metrics_host}:{served.port}/metrics", err=True)
+        # Any long-running process may be the log's sequencer; a burst run is not one.
+        sequencer = None
+        if not burst:
+            from events.postgres import app_conninfo
+            from service.runtime.sequencing import start_sequencer_role
+
+            sequencer = start_sequencer_role(
+                settings.app_database_url or app_conninfo(db_url, environ={}), queue_url
+            )
         timer: WindowTimer | None = None
         if not rebuilds:
             # Beside rq's loop, on threads of its own: a window's deadline cannot wait for a
@@ -111,6 +137,9 @@ def worker(
         finally:
             if timer is not None:
                 timer.stop()
+            if sequencer is not None:
+                # Bounded (events/sequencer.py): a batch in flight is cancelled, not awaited.
+                sequencer.stop()
             if served is not None:
                 served.stop()
             watch.stopped()

@@ -12,14 +12,15 @@ import atexit
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Final
 
 from events import deadlines
 from events.merkle_store import PostgresTree
-from events.postgres import Pool, PostgresEventStore, app_conninfo, open_pool
+from events.postgres import Pool, PostgresEventStore, Sequencing, app_conninfo, open_pool
 from events.snapshots import PostgresSnapshotStore
 from events.store import EventStore, utc_now
 from service.application.actor import Actor
@@ -29,11 +30,21 @@ from service.application.game.open_rounds import PostgresOpenRounds
 from service.application.game.recovery import recover
 from service.application.game.tables import GameService, WindowScheduler
 from service.application.read_models import projector
+from service.application.seamless import SeamlessWalletConfig
+from service.application.seamless_calls import SeamlessCalls, shoebox_calls
 from service.application.streams import TableCache
 from service.application.upcasters import upcasters
+from service.application.wallet_reconciliation import WalletEntry, report_day
 from service.runtime.failpoints import deal_append_hook
-from service.runtime.metrics import MeteredEventStore, observe_window_close
+from service.runtime.metrics import (
+    WALLET_CALLS_FLAGGED,
+    WALLET_CALLS_PARKED,
+    MeteredEventStore,
+    observe_window_close,
+)
 from service.runtime.scheduler import CLOSERS, WINDOW_QUEUE, RedisWindowScheduler
+from service.runtime.seamless_wallet import SeamlessWalletClient, WalletUnavailableError
+from service.runtime.seamless_wiring import is_seamless, owed_calls, seamless_calls
 from service.runtime.settings import Settings, SettingsError
 from service.runtime.signing import checkpoint_service, publish, publish_note
 
@@ -43,6 +54,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 RECOVERY_INTERVAL: Final = timedelta(seconds=60)
+RECOVERY_GRACE: Final = timedelta(seconds=10)
+"""How long past its close a window is left to its timer before the sweep calls it interrupted:
+far beyond a live timer's lateness, far below anything a player would wait for."""
 CHECKPOINT_INTERVAL: Final = timedelta(seconds=60)
 CHECKPOINTER: Final = Actor("checkpointer", "system")
 """The actor of the CheckpointSigned events the periodic job appends."""
@@ -52,8 +66,15 @@ CHECKPOINTER: Final = Actor("checkpointer", "system")
 # and a spare for a slow release.
 POOL_SIZE: Final = 5 + CLOSERS
 
+DELIVERY_INTERVAL: Final = timedelta(seconds=2)
+"""How often owed wallet calls are looked for (service/application/seamless_calls.py)."""
+DELIVERY_JOB_PREFIX: Final = "shoebox-wallet-delivery"
 RECOVERY_JOB_PREFIX: Final = "shoebox-recovery"
 CHECKPOINT_JOB_PREFIX: Final = "shoebox-checkpoint"
+RECONCILIATION_INTERVAL: Final = timedelta(hours=1)
+"""How often the worker looks for a day not yet reconciled: yesterday is reported within the
+hour after midnight UTC, and once only (service/application/wallet_reconciliation.py)."""
+RECONCILIATION_JOB_PREFIX: Final = "shoebox-wallet-reconciliation"
 
 CLOSE_DEADLINE_SECONDS: Final = 5.0
 """How long one window's close may wait on PostgreSQL in all (events/deadlines.py)."""
@@ -70,22 +91,33 @@ class _Services:
     pool: Pool
     settings: Settings
     checkpoints: CheckpointService | None
+    seamless_calls: SeamlessCalls | None
 
 
 _lock = threading.Lock()
 _settings: Settings | None = None
 _queue_name = WINDOW_QUEUE
 _services: _Services | None = None
+_sequencing: Sequencing = "inline"
 
 
-def configure(settings: Settings, queue_name: str = WINDOW_QUEUE) -> None:
-    """Build the jobs' services from `settings` (URLs resolved), scheduling on `queue_name`."""
-    global _settings, _queue_name
+def configure(
+    settings: Settings, queue_name: str = WINDOW_QUEUE, *, sequencing: Sequencing = "inline"
+) -> None:
+    """Build the jobs' services from `settings` (URLs resolved), scheduling on `queue_name`.
+
+    `sequencing` "background" when this process stands for the sequencer's role: a window
+    close answered only once sequenced kept its table waiting on the sequencer (at 50 tables a
+    bet's p99 rose to about a second), and nothing a job does after an append reads it by
+    position. A burst run stands for no role, and places its own appends ("inline").
+    """
+    global _settings, _queue_name, _sequencing
     with _lock:
         if _services is not None:
             raise RuntimeError("the jobs' services are already built; configure before work")
         _settings = settings
         _queue_name = queue_name
+        _sequencing = sequencing
 
 
 def close_betting_window(table_id: str, round_id: str) -> str:
@@ -140,7 +172,7 @@ def recover_interrupted_rounds() -> str:
     services = _built()
     try:
         open_rounds = PostgresOpenRounds(services.pool, upcasters())
-        recovered = recover(services.store, services.games, utc_now, open_rounds)
+        recovered = recover(services.store, services.games, utc_now, open_rounds, RECOVERY_GRACE)
     finally:
         _reschedule(schedule_recovery, RECOVERY_INTERVAL)
     # Only what it did, and at INFO: a recovered round is the system working as designed, and
@@ -164,7 +196,7 @@ def sign_checkpoint() -> str:
             return "no signing key"
         checkpoint = services.checkpoints.sign_if_due(CHECKPOINTER)
     finally:
-        _reschedule(schedule_checkpoints, CHECKPOINT_INTERVAL)
+        _reschedule(schedule_checkpoints, checkpoint_interval())
     if checkpoint is None:
         return "nothing new to sign"
     publish(services.settings, checkpoint)
@@ -173,9 +205,130 @@ def sign_checkpoint() -> str:
     return f"signed position {checkpoint.position}"
 
 
-def schedule_checkpoints(queue: Queue, delay: timedelta = CHECKPOINT_INTERVAL) -> None:
+def deliver_due() -> str:
+    """The periodic job: queue the wallet calls the log owes, then send those due.
+
+    Safe to run any number of times, by several workers: the projection's batch and
+    checkpoint commit together, and each call is sent under its player's money lock, with the
+    same request id whoever sends it.
+    """
+    services = _built()
+    try:
+        if services.seamless_calls is None:
+            return "no seamless operator"
+        delivery = services.seamless_calls.deliver_due()
+    finally:
+        _reschedule(schedule_delivery, DELIVERY_INTERVAL)
+    for operator, _ in delivery.parked:
+        WALLET_CALLS_PARKED.labels(operator).inc()
+    for operator, _ in delivery.flagged:
+        WALLET_CALLS_FLAGGED.labels(operator).inc()
+    if delivery.confirmed or delivery.parked or delivery.orphans:
+        log.info("wallet calls: %s", delivery.summary())
+    return delivery.summary()
+
+
+def reconcile_wallets() -> str:
+    """The periodic job: report each seamless operator's previous UTC day once, as an event.
+
+    Safe to run any number of times, by several workers: a day already reported is left alone.
+    """
+    services = _built()
+    try:
+        if services.seamless_calls is None:
+            return "no seamless operator"
+        reported = reconcile_yesterday(
+            services.store,
+            services.pool,
+            services.seamless_calls,
+            services.settings.seamless_wallets,
+            utc_now,
+        )
+    finally:
+        _reschedule(schedule_reconciliation, RECONCILIATION_INTERVAL)
+    return "; ".join(reported) or "no seamless operator"
+
+
+def reconcile_yesterday(
+    store: EventStore,
+    pool: Pool,
+    calls: SeamlessCalls,
+    operators: Sequence[SeamlessWalletConfig],
+    clock: Callable[[], datetime],
+) -> list[str]:
+    """Report the UTC day before `clock()` for each operator not yet reported; say what happened.
+
+    An operator whose wallet cannot be read is skipped (and logged): the next run tries it
+    again, and the others are still reported. Raises at the end if any was skipped, so the
+    job's retries come sooner than the next interval.
+    """
+    # The projection of Shoebox's calls is read, so it must hold everything up to midnight.
+    calls.catch_up()
+    day = (clock() - timedelta(days=1)).date()
+    reported: list[str] = []
+    failed: list[str] = []
+    for config in operators:
+        try:
+            event = report_day(
+                store,
+                config.operator,
+                day,
+                partial(shoebox_calls, pool, config.operator, config.currency),
+                partial(_wallet_list, SeamlessWalletClient(config, clock)),
+            )
+        except (WalletUnavailableError, ValueError) as error:
+            log.warning("could not reconcile %s for %s: %s", config.operator, day, error)
+            failed.append(config.operator)
+            continue
+        if event is None:
+            reported.append(f"{config.operator} {day}: reported already")
+            continue
+        outcome = f"{config.operator} {day}: {event.compared} compared, {event.differences} differ"
+        reported.append(outcome)
+        if event.differences:
+            log.error(
+                "ALERT: wallet reconciliation of %s: %s",
+                outcome,
+                ", ".join(event.first_differences),
+                extra={"operator": config.operator},
+            )
+        else:
+            log.info("wallet reconciliation of %s", outcome)
+    if failed:
+        raise WalletUnavailableError(f"could not read the wallets of {', '.join(failed)}")
+    return reported
+
+
+def _wallet_list(
+    client: SeamlessWalletClient, since: datetime, until: datetime
+) -> list[WalletEntry]:
+    return [WalletEntry.from_document(row) for row in client.transactions(since, until)]
+
+
+def schedule_reconciliation(queue: Queue, delay: timedelta = RECONCILIATION_INTERVAL) -> None:
+    """Schedule the daily reconciliation's look for an unreported day once per interval."""
+    _schedule_once(
+        queue, delay, RECONCILIATION_INTERVAL, reconcile_wallets, RECONCILIATION_JOB_PREFIX
+    )
+
+
+def schedule_delivery(queue: Queue, delay: timedelta = DELIVERY_INTERVAL) -> None:
+    """Schedule the delivery of owed wallet calls once per interval."""
+    _schedule_once(queue, delay, DELIVERY_INTERVAL, deliver_due, DELIVERY_JOB_PREFIX)
+
+
+def checkpoint_interval() -> timedelta:
+    """How often the head is signed: SHOEBOX_CHECKPOINT_INTERVAL_SECONDS, or every minute."""
+    if _settings is None:
+        return CHECKPOINT_INTERVAL
+    return timedelta(seconds=_settings.checkpoint_interval_seconds)
+
+
+def schedule_checkpoints(queue: Queue, delay: timedelta | None = None) -> None:
     """Schedule the checkpoint job once per interval, whichever worker asks first."""
-    _schedule_once(queue, delay, CHECKPOINT_INTERVAL, sign_checkpoint, CHECKPOINT_JOB_PREFIX)
+    interval = checkpoint_interval()
+    delay = interval if delay is None else delay
+    _schedule_once(queue, delay, interval, sign_checkpoint, CHECKPOINT_JOB_PREFIX)
 
 
 def _reschedule(schedule: Callable[[Queue, timedelta], None], delay: timedelta) -> None:
@@ -234,7 +387,9 @@ def _build(settings: Settings, queue_name: str) -> _Services:
         else None
     )
     # The worker's appends (window closes, recoveries) count in /metrics too.
-    store = MeteredEventStore(PostgresEventStore(pool, utc_now, upcasters()))
+    store = MeteredEventStore(
+        PostgresEventStore(pool, utc_now, upcasters(), sequencing=_sequencing)
+    )
     tables = TableCache()
     games = GameService(
         store,
@@ -243,6 +398,9 @@ def _build(settings: Settings, queue_name: str) -> _Services:
         tables=tables,
         before_deal_append=deal_append_hook(),
         snapshots=PostgresSnapshotStore(pool, utc_now),
+        # A seamless player's money moves through their operator's wallet, not Shoebox's.
+        seamless=is_seamless(settings),
+        owed=owed_calls(settings, pool),
     )
     return _Services(
         store=store,
@@ -251,15 +409,19 @@ def _build(settings: Settings, queue_name: str) -> _Services:
         pool=pool,
         settings=settings,
         checkpoints=checkpoint_service(settings, store, utc_now, PostgresTree(pool)),
+        seamless_calls=seamless_calls(settings, store, utc_now, pool, games)
+        if settings.seamless_wallets
+        else None,
     )
 
 
 def reset() -> None:
     """Forget the built services and configuration, closing the pool: for tests."""
-    global _settings, _queue_name, _services
+    global _settings, _queue_name, _services, _sequencing
     with _lock:
         if _services is not None:
             _services.pool.close()
         _services = None
         _settings = None
         _queue_name = WINDOW_QUEUE
+        _sequencing = "inline"

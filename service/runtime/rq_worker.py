@@ -13,6 +13,12 @@ tests/faults/test_redis_stopped.py):
 - A Redis restarted empty has forgotten the periodic jobs (recovery, checkpoint signing), which
   each reschedule themselves when they run and so never would again. Maintenance puts back any
   that is neither scheduled nor queued.
+- A host lost with the worker whose scheduler held the queue's scheduler lock left that lock in
+  Redis for its whole lease (61 s), and no other worker's scheduler moved a scheduled job to
+  the queue until it expired: checkpoint signing, recovery and the seamless wallets' owed calls
+  stopped for a minute or two (tests/faults/test_failover_two_hosts.py). The holder renews
+  its lease every second; maintenance here frees a lease not renewed for
+  STALE_SCHEDULER_SECONDS, and rq's own maintenance then takes it.
 
 And one thing went wrong with stopping it (a fresh clone's `make test` failed on it): told to
 stop, the worker could hang for up to a minute after its last job. rq listens for commands on
@@ -27,9 +33,11 @@ the thread's, the scheduler process's, and the process's as a whole (service/run
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import os
 import signal
+import sys
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -40,6 +48,7 @@ from redis import Redis
 from redis.exceptions import RedisError
 from rq import Queue, SimpleWorker
 from rq.registry import ScheduledJobRegistry
+from rq.scheduler import RQScheduler
 from rq.serializers import JSONSerializer
 
 from service.runtime.stopping import StopWatch
@@ -47,11 +56,26 @@ from service.runtime.stopping import StopWatch
 log = logging.getLogger(__name__)
 
 MAINTENANCE_SECONDS: Final = 10
+SCHEDULER_INTERVAL_SECONDS: Final = 1  # rq's default, which the workers keep
 WORKER_TTL_SECONDS: Final = 30  # rq waits for a job for this less 15 s, then looks around
 RESTART_SECONDS: Final = 2.0
 PUBSUB_WAIT_SECONDS: Final = 1.0
 """The longest the command listener's thread waits for a message before it looks at whether it
 was told to stop (rq's own is 60 s)."""
+STALE_SCHEDULER_SECONDS: Final = 5
+"""A scheduler lock not renewed for this long belongs to a scheduler that is gone: five missed
+beats of rq's one-second heartbeat (a beat that is merely late costs, at worst, a job enqueued
+twice, and every periodic job here is safe to run twice)."""
+# Deletes the lock if its holder has not renewed the lease for ARGV[1] seconds: the lease is
+# set to ARGV[2] seconds at each renewal, so its remaining TTL says when that last was, on
+# Redis's own clock. One script, so a renewal cannot fall between the look and the delete.
+_FREE_STALE_LOCK: Final = """
+local ttl = redis.call('ttl', KEYS[1])
+if ttl >= 0 and ttl <= tonumber(ARGV[2]) - tonumber(ARGV[1]) then
+  return redis.call('del', KEYS[1])
+end
+return 0
+"""
 STOP_WAIT_SECONDS: Final = 3.0
 """How long the teardown waits for each thing it stops: the listener's thread, rq's scheduler
 process (which looks at its stop flag once a second), before leaving it behind or killing it."""
@@ -120,6 +144,27 @@ class ShoeboxWorker(SimpleWorker):
         with contextlib.suppress(RedisError):
             self.pubsub.close()
 
+    def free_stale_scheduler_lock(self) -> bool:
+        """Delete the queue's scheduler lock if its holder stopped renewing it; whether it did.
+
+        rq's maintenance, which follows, then takes the lock for this worker's scheduler.
+        """
+        process = self.scheduler._process if self.scheduler is not None else None
+        if process is not None and process.is_alive():
+            return False  # this worker's scheduler holds it, or is renewing it
+        key = RQScheduler.get_locking_key(self._queue.name)
+        lease = SCHEDULER_INTERVAL_SECONDS + 60  # rq's lease on the lock (scheduler.py)
+        evaluate = self.connection.eval  # untyped in redis-py
+        freed = bool(evaluate(_FREE_STALE_LOCK, 1, key, STALE_SCHEDULER_SECONDS, lease))  # type: ignore[no-untyped-call]
+        if freed:
+            log.warning(
+                "the scheduler lock of queue %s was not renewed for %d s (its worker is gone);"
+                " freed for this worker's scheduler",
+                self._queue.name,
+                STALE_SCHEDULER_SECONDS,
+            )
+        return freed
+
     def stop_scheduler(self) -> None:
         """Stop rq's scheduler process: SIGTERM, then SIGKILL if it is still there after a while."""
         process = self.scheduler._process if self.scheduler is not None else None
@@ -135,6 +180,7 @@ class ShoeboxWorker(SimpleWorker):
 
     def run_maintenance_tasks(self) -> None:
         """rq's own (which restarts a dead scheduler), then any periodic job Redis forgot."""
+        self.free_stale_scheduler_lock()
         super().run_maintenance_tasks()  # type: ignore[no-untyped-call]
         registry = ScheduledJobRegistry(queue=self._queue)  # type: ignore[no-untyped-call]
         scheduled = registry.get_job_ids()
@@ -143,6 +189,45 @@ class ShoeboxWorker(SimpleWorker):
             if not any(job_id.startswith(prefix) for job_id in known):
                 log.warning("the periodic job %s was missing from Redis; scheduled again", prefix)
                 schedule(self._queue, timedelta(0))
+
+
+_PR_SET_PDEATHSIG: Final = 1  # linux/prctl.h
+_forking_parent = 0
+
+
+def _note_parent() -> None:
+    global _forking_parent
+    _forking_parent = os.getpid()
+
+
+def _die_with_parent() -> None:
+    # rq forks its scheduler. A child outliving a killed worker kept the worker's database
+    # sockets (events/postgres.py now cuts those off in children) and its scheduler role: the
+    # kernel kills it when its parent goes instead. Linux only: elsewhere nothing happens.
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+            return
+    except (OSError, AttributeError):
+        return
+    # The parent may have died between the fork and the prctl, leaving no one to signal.
+    if os.getppid() != _forking_parent:
+        os._exit(1)
+
+
+_hooked = False
+
+
+def die_with_parent_in_children() -> None:
+    """Have every process forked from this one from now on killed when its parent dies.
+
+    The kernel's signal follows the forking thread, not the process: rq forks its scheduler
+    from the worker's main thread, which lives as long as the worker does. Idempotent.
+    """
+    global _hooked
+    if sys.platform.startswith("linux") and not _hooked:
+        os.register_at_fork(before=_note_parent, after_in_child=_die_with_parent)
+        _hooked = True
 
 
 def work(
@@ -159,6 +244,7 @@ def work(
     `stop_on_signals`), is honoured at once.
     """
     watch = watch if watch is not None else stop_on_signals("worker")
+    die_with_parent_in_children()
     while not watch.requested:
         worker: ShoeboxWorker | None = None
         try:

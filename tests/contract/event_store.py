@@ -109,7 +109,7 @@ class EventStoreContract:
 
     def test_first_event_takes_position_one_and_version_one(self, store: EventStore) -> None:
         result = store.append(one("wallet:alice", 0, bet(100)), DEALER)
-        assert result == AppendResult(1, 1, {"wallet:alice": 1})
+        assert result == AppendResult({"wallet:alice": 1}, (("wallet:alice", 1, 1),))
         [event] = store.read_stream("wallet:alice")
         assert (event.position, event.version, event.category) == (1, 1, "wallet")
         assert event.prev_hash == GENESIS_HASH
@@ -271,7 +271,10 @@ class EventStoreContract:
         assert [e.metadata.idempotency_key for e in store.read_all()] == ["k", "k"]
         record = store.idempotency_record("k")
         assert record is not None
-        assert (record.fingerprint, record.result) == ("f", AppendResult(1, 2, {"wallet:alice": 2}))
+        assert (record.fingerprint, record.result) == (
+            "f",
+            AppendResult({"wallet:alice": 2}, (("wallet:alice", 1, 2),)),
+        )
 
     def test_a_failed_append_does_not_spend_its_idempotency_key(self, store: EventStore) -> None:
         store.append(one("wallet:alice", 0, bet(1)), DEALER)
@@ -279,7 +282,7 @@ class EventStoreContract:
             store.append(one("wallet:alice", 0, bet(2)), DEALER, Idempotency("k", "f"))
         assert store.idempotency_record("k") is None
         assert store.append(one("wallet:alice", 1, bet(2)), DEALER, Idempotency("k", "f")) == (
-            AppendResult(2, 2, {"wallet:alice": 2})
+            AppendResult({"wallet:alice": 2}, (("wallet:alice", 2, 2),))
         )
 
     def test_a_response_given_with_the_key_is_stored_by_the_append_and_replayed(

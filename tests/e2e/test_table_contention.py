@@ -18,7 +18,7 @@ import pytest
 
 from bench.table_contention import players_of, set_up, storm
 from domain.round import BetPlaced
-from tests.e2e.servers import create_key, private_database, serve
+from tests.e2e.servers import create_key, private_database, serve, wait_until_sequenced
 
 SECONDS = 10.0
 WORKERS = 5
@@ -64,16 +64,26 @@ def test_seven_players_betting_at_once_at_each_of_two_tables_all_get_201(
             server.ok("GET", "/v1/ping", front)  # every worker may need to learn of the keys
             on_a_thread_of_its_own(set_up(server.port, ops, front, tables))
             found = on_a_thread_of_its_own(storm(server.port, front, tables, SECONDS))
+        # The server stopped: the bets it answered but had not placed yet are placed here.
+        wait_until_sequenced(database_url)
         with psycopg.connect(database_url) as conn:
             recorded = conn.execute(
                 "SELECT count(*) FROM events WHERE type = %s", [BetPlaced.type]
             ).fetchone()
 
     rates = {table: f"{rate:.0f} bets/s" for table, rate in found.per_table_rate().items()}
-    print(f"\n{rates}; statuses {dict(found.statuses)}; 409s by kind {dict(found.refusals)}")
+    print(
+        f"\n{rates}; statuses {dict(found.statuses)}; 409s by kind {dict(found.refusals)};"
+        f" 503s by kind {dict(found.retry_later)}"
+    )
     assert found.failures == {}, found.failures
     assert dict(found.refusals) == {}, f"{found.concurrency_refusals} concurrency refusals"
-    assert set(found.statuses) == {201}, found.statuses
+    # A 503 is the server shedding load on a starved machine (CI runs four tests at once
+    # beside this one): a documented ask to retry, with Retry-After, that wrote nothing. It
+    # must stay rare, and be only that.
+    assert set(found.statuses) <= {201, 503}, found.statuses
+    assert set(found.retry_later) <= {"log-busy", "service-unavailable"}, found.retry_later
+    assert found.statuses[503] <= found.statuses.total() // 100, found.statuses
     # Every player got bets in at both tables, and the log holds exactly the bets answered 201.
     assert set(found.by_player) == {p for players in tables.values() for p in players}
     assert recorded == (found.statuses[201],)

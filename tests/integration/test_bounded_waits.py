@@ -1,5 +1,8 @@
-"""An append never hangs: behind a held log lock it gives up quickly, appends nothing, and the
-API answers a retryable 503 with Retry-After instead of a 500 or a request that never ends."""
+"""An append never hangs: behind a held lock it gives up quickly, appends nothing, and the
+API answers a retryable 503 with Retry-After instead of a 500 or a request that never ends.
+
+Since migration 0030 the lock an append waits for is a row of its streams' heads (there is no
+table-wide lock left to hold), so the tests hold the rows of the streams the append needs."""
 
 import threading
 import time
@@ -31,9 +34,14 @@ ACTOR = EventMetadata(actor="test", role="cli")
 
 @contextmanager
 def log_locked(database_url: str) -> Iterator[None]:
-    """Hold the lock every append takes (append_events' LOCK TABLE events IN EXCLUSIVE MODE)."""
+    """Hold the row lock of every stream's head, as a stuck append to all of them would."""
     with psycopg.connect(database_url) as holder:
-        holder.execute("LOCK TABLE events IN EXCLUSIVE MODE")
+        holder.execute(
+            "INSERT INTO stream_heads (stream_id, version) VALUES ('wallet:alice', 0)"
+            " ON CONFLICT DO NOTHING"
+        )
+        holder.commit()
+        holder.execute("SELECT * FROM stream_heads ORDER BY stream_id FOR UPDATE")
         try:
             yield
         finally:

@@ -27,8 +27,8 @@ from events.store import (
 
 META = EventMetadata(actor="test", role="ops")
 _BATCH = (
-    "SELECT first_position, last_position, replayed_result, replayed_response, error_code,"
-    " error_detail FROM append_batch(%s::text[], %s::text[], %s::text[], %s::text[])"
+    "SELECT append_id, replayed_result, replayed_response, error_code, error_detail"
+    " FROM append_batch(%s::text[], %s::text[], %s::text[], %s::text[], NULL, NULL, NULL)"
 )
 
 
@@ -91,12 +91,13 @@ def test_a_refused_append_in_a_batch_leaves_the_others_recorded_and_chained(
     with psycopg.connect(fresh_database, autocommit=True) as conn:
         conn.execute("SET ROLE shoebox_app")
         rows = conn.execute(_BATCH, [batch, [None] * 3, [None] * 3, [None] * 3]).fetchall()
-    assert [(first, last, code) for first, last, _, _, code, _ in rows] == [
-        (1, 1, None),
-        (None, None, "SB001"),
-        (2, 3, None),
+    assert [(append_id is None, code) for append_id, _, _, code, _ in rows] == [
+        (False, None),
+        (True, "SB001"),
+        (False, None),
     ]
-    assert orjson.loads(rows[1][5]) == {"stream_id": "counter:x", "expected": 0, "actual": 1}
+    assert orjson.loads(rows[1][4]) == {"stream_id": "counter:x", "expected": 0, "actual": 1}
+    store.sequence()
     events = store.read_all(upcast=False)
     assert [(e.stream_id, e.payload["n"]) for e in events] == [
         ("counter:x", 1),
@@ -115,12 +116,13 @@ def test_one_key_twice_in_a_batch_appends_once_and_replays_the_first_answer(
     with psycopg.connect(fresh_database, autocommit=True) as conn:
         conn.execute("SET ROLE shoebox_app")
         rows = conn.execute(_BATCH, [batch, ["k", "k"], ["f", "f"], answers]).fetchall()
-    (first, last, replayed, _, code, _), (_, _, again, answer, again_code, _) = rows
-    assert (first, last, replayed, code) == (1, 1, None, None)
+    (append_id, replayed, _, code, _), (_, again, answer, again_code, _) = rows
+    assert (append_id is not None, replayed, code) == (True, None, None)
     assert again_code is None
     assert again is not None
-    assert '"first_position": 1' in again
+    assert orjson.loads(again)["appended"] == [["counter:k", 1, 1]]
     assert answer == '{"body": "first"}'
+    store.sequence()
     assert len(store.read_all()) == 1
 
 
@@ -137,6 +139,7 @@ def test_a_malformed_append_fails_alone_and_its_batch_mates_are_recorded(
     assert also_good.error is None
     assert also_good.row is not None
     assert isinstance(bad.error, psycopg.errors.InvalidParameterValue)
+    store.sequence()
     assert [e.stream_id for e in store.read_all()] == ["counter:g", "counter:h"]
 
 
@@ -171,8 +174,9 @@ def test_a_stale_guard_refuses_only_its_own_append_in_a_batch(app_pool: Pool) ->
     fresh = _PendingAppend(documents("counter:b", 0, 3), None, None, None, '[["limits:p", 2]]')
     store._append_batch([mover, stale, fresh])
     assert stale.row is not None
-    assert stale.row[4] == "SB001"
-    assert orjson.loads(stale.row[5]) == {"stream_id": "limits:p", "expected": 1, "actual": 2}
+    assert stale.row[3] == "SB001"
+    assert orjson.loads(stale.row[4]) == {"stream_id": "limits:p", "expected": 1, "actual": 2}
     assert fresh.row is not None
-    assert fresh.row[4] is None
+    assert fresh.row[3] is None
+    store.sequence()
     assert [e.stream_id for e in store.read_all()] == ["limits:p", "limits:p", "counter:b"]

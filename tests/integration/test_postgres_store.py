@@ -211,20 +211,59 @@ def test_app_conninfo_yields_to_the_override_variable() -> None:
     )
 
 
-def test_only_the_app_role_may_execute_the_append_function(fresh_database: str) -> None:
+def test_only_the_app_role_may_execute_the_append_and_sequencer_functions(
+    fresh_database: str,
+) -> None:
     with psycopg.connect(fresh_database) as conn:
-        # Both forms: with the response to store (0011), and without.
         grantees = conn.execute(
-            "SELECT DISTINCT grantee FROM information_schema.role_routine_grants"
-            " WHERE routine_name = 'append_events' AND privilege_type = 'EXECUTE'"
+            "SELECT DISTINCT routine_name, grantee FROM information_schema.role_routine_grants"
+            " WHERE routine_name IN ('append_batch', 'sequence_appends')"
+            " AND privilege_type = 'EXECUTE'"
             " AND grantee <> routine_schema AND grantee <> current_user ORDER BY 1"
         ).fetchall()
         public = conn.execute(
-            "SELECT has_function_privilege('public', 'append_events(text, text, text)', 'EXECUTE'),"
-            " has_function_privilege('public', 'append_events(text, text, text, text)', 'EXECUTE')"
+            "SELECT has_function_privilege('public',"
+            " 'append_batch(text[], text[], text[], text[], text[], text, text)', 'EXECUTE'),"
+            " has_function_privilege('public', 'sequence_appends(integer, boolean)', 'EXECUTE')"
         ).fetchone()
-    assert grantees == [(APP_ROLE,)]
+        # Every older path that wrote events directly is gone (migration 0030).
+        writers = conn.execute(
+            "SELECT proname FROM pg_proc WHERE proname IN"
+            " ('append_events', 'lock_events_for_append') OR (proname = 'append_batch'"
+            " AND pronargs <> 7) ORDER BY 1"
+        ).fetchall()
+    assert grantees == [("append_batch", APP_ROLE), ("sequence_appends", APP_ROLE)]
     assert public == (False, False)
+    assert writers == []
+
+
+def test_the_app_role_may_only_read_the_unsequenced_appends(fresh_database: str) -> None:
+    with psycopg.connect(fresh_database) as conn:
+        rows = conn.execute(
+            "SELECT table_name, privilege_type FROM information_schema.role_table_grants"
+            " WHERE table_name IN ('unsequenced_events', 'stream_heads') AND grantee = %s"
+            " ORDER BY 1, 2",
+            [APP_ROLE],
+        ).fetchall()
+    assert rows == [("unsequenced_events", "SELECT")]
+    with (
+        psycopg.connect(app_conninfo(fresh_database, environ={})) as conn,
+        pytest.raises(psycopg.errors.InsufficientPrivilege),
+    ):
+        conn.execute(
+            "INSERT INTO unsequenced_events (append_id, n, stream_id, version, prefix, suffix)"
+            " VALUES (1, 1, 'wallet:mallory', 1, '{', '}')"
+        )
+
+
+def test_the_unsequenced_appends_are_never_updated_even_by_the_owner(
+    store: PostgresEventStore, fresh_database: str
+) -> None:
+    with (
+        psycopg.connect(fresh_database) as conn,
+        pytest.raises(psycopg.errors.RaiseException, match="append-only"),
+    ):
+        conn.execute("UPDATE unsequenced_events SET version = version + 1")
 
 
 def test_the_append_function_refuses_documents_that_are_not_pairs(
@@ -234,7 +273,10 @@ def test_the_append_function_refuses_documents_that_are_not_pairs(
         psycopg.connect(app_conninfo(fresh_database, environ={})) as conn,
         pytest.raises(psycopg.errors.InvalidParameterValue, match="prefix/suffix pairs"),
     ):
-        conn.execute("SELECT * FROM append_events(%s, NULL, NULL)", ['{"a":'])
+        conn.execute(
+            "SELECT * FROM append_batch(%s, %s, %s, %s, NULL, NULL, NULL)",
+            [['{"a":'], [None], [None], [None]],
+        )
 
 
 def test_a_conflict_names_the_first_stale_stream_with_its_versions(app_pool: Pool) -> None:

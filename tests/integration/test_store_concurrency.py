@@ -1,7 +1,6 @@
 """Concurrency rules of the PostgreSQL store, shown with real threads against the real server."""
 
 import threading
-import time
 from collections import Counter
 
 import psycopg
@@ -80,18 +79,18 @@ def test_concurrent_appends_to_many_streams_leave_a_gapless_valid_chain(app_pool
     assert verify_chain(events) is None
 
 
-def _append_by_hand_and_hold(conn: psycopg.Connection[tuple[object, ...]]) -> int:
-    """Call the store's append function inside a transaction that is left open; its position."""
+def _append_by_hand_and_hold(conn: psycopg.Connection[tuple[object, ...]]) -> None:
+    """Call the store's append function inside a transaction that is left open."""
     documents = append_documents([StreamAppend("wallet:slow", 0, [stake(1)])], DEALER, utc_now())
     row = conn.execute(
-        "SELECT first_position FROM append_events(%s, NULL, NULL)", [documents]
+        "SELECT append_id FROM append_batch(%s, %s, %s, %s, NULL, NULL, NULL)",
+        [[documents], [None], [None], [None]],
     ).fetchone()
     assert row is not None
     assert isinstance(row[0], int)
-    return row[0]
 
 
-def test_a_late_commit_holds_back_later_appends_so_no_reader_skips(
+def test_a_late_commit_holds_nobody_back_and_no_reader_skips_it(
     app_pool: Pool, fresh_database: str
 ) -> None:
     store = PostgresEventStore(app_pool)
@@ -99,23 +98,22 @@ def test_a_late_commit_holds_back_later_appends_so_no_reader_skips(
     checkpoint = store.head()
 
     with psycopg.connect(app_conninfo(fresh_database, environ={})) as slow:
-        held = _append_by_hand_and_hold(slow)
-        assert held == checkpoint + 1
+        _append_by_hand_and_hold(slow)
         fast = threading.Thread(
             target=store.append, args=([StreamAppend("wallet:fast", 0, [stake(2)])], DEALER)
         )
         fast.start()
-        time.sleep(0.5)
-        # The fast append waits for the lock instead of committing position 3 while position 2
-        # is still invisible; a reader at the checkpoint sees nothing rather than a gap.
-        assert fast.is_alive()
-        assert store.read_all(from_position=checkpoint) == []
+        # Since migration 0030 the fast append shares no row with the slow one: it commits
+        # and is sequenced while the slow one is still open (before, it waited for it).
+        fast.join(timeout=10)
+        assert not fast.is_alive()
+        seen = store.read_all(from_position=checkpoint)
+        assert [(e.position, e.stream_id) for e in seen] == [(2, "wallet:fast")]
         slow.commit()
-    fast.join(timeout=10)
-    assert not fast.is_alive()
-
-    seen = store.read_all(from_position=checkpoint)
-    assert [(e.position, e.stream_id) for e in seen] == [(2, "wallet:slow"), (3, "wallet:fast")]
+    store.sequence()
+    # The late commit comes after the reader's new checkpoint, never before it.
+    seen = store.read_all(from_position=checkpoint + 1)
+    assert [(e.position, e.stream_id) for e in seen] == [(3, "wallet:slow")]
     assert verify_chain(store.read_all(upcast=False)) is None
 
 
@@ -180,6 +178,6 @@ def test_racing_appends_with_one_idempotency_key_append_once_and_replay_the_rest
     for thread in threads:
         thread.join()
     assert len(results) == 8
-    assert all(r == AppendResult(1, 1, {"wallet:alice": 1}) for r in results)
+    assert all(r == AppendResult({"wallet:alice": 1}, (("wallet:alice", 1, 1),)) for r in results)
     assert sorted(r.replayed for r in results) == [False] + [True] * 7
     assert store.head() == 1

@@ -15,11 +15,12 @@ from events.store import (
     AppendResult,
     EventMetadata,
     Idempotency,
+    OutboxRow,
     RecordedEvent,
     StreamAppend,
     utc_now,
 )
-from events.stream_locks import PostgresStreamLocks, StreamBusy
+from events.stream_locks import PostgresStreamLocks, StreamBusy, StreamTurn
 from service.application.actor import Actor
 from service.application.game.tables import GameService
 from service.application.wallets import WalletService
@@ -123,10 +124,12 @@ class CountingLocks(PostgresStreamLocks):
         self.turns = 0
 
     @contextmanager
-    def hold(self, stream_id: str, timeout: float) -> Iterator[None]:
+    def hold(
+        self, stream_id: str, timeout: float, *, read_from: int | None = None
+    ) -> Iterator[StreamTurn]:
         self.turns += 1
-        with super().hold(stream_id, timeout):
-            yield
+        with super().hold(stream_id, timeout, read_from=read_from) as turn:
+            yield turn
 
 
 class CountingStore(PostgresEventStore):
@@ -141,9 +144,10 @@ class CountingStore(PostgresEventStore):
         streams: Sequence[StreamAppend],
         metadata: EventMetadata,
         idempotency: Idempotency | None = None,
+        outbox: Sequence[OutboxRow] = (),
     ) -> AppendResult:
         self.calls["append"] += 1
-        return super().append(streams, metadata, idempotency)
+        return super().append(streams, metadata, idempotency, outbox)
 
     def read_stream(
         self, stream_id: str, from_version: int = 1, *, upcast: bool = True
@@ -174,6 +178,13 @@ def test_a_lone_players_bet_stays_one_call_and_a_table_two_processes_write_is_pl
     other = GameService(PostgresEventStore(app_pool), utc_now, stream_locks=locks)
     other.place_bet("T1", "bob", Spot.PLAYER, 100, FRONTEND)
     turns = locks.turns
+    store.calls.clear()
     game.place_bet("T1", "alice", Spot.BANKER, 100, FRONTEND)
+    # Its one-call try lost to bob's bet; the turn read bob's bet and appended in its own
+    # transaction, not through the store.
+    assert store.calls == Counter({"append": 1})
+    store.calls.clear()
     game.place_bet("T1", "alice", Spot.BANKER, 100, FRONTEND)
     assert locks.turns == turns + 2
+    # Hot now: the turn alone, its read and its append, on one connection.
+    assert store.calls == Counter()
