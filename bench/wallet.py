@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import argparse
 import http.client
-import os
 import statistics
-import subprocess
 import sys
 import time
 import uuid
@@ -33,7 +31,13 @@ from pathlib import Path
 _ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(_ROOT))
 
-from bench.common import rotations, server_url, throwaway_database, uptime  # noqa: E402
+from bench.common import (  # noqa: E402
+    reference_wallet,
+    rotations,
+    server_url,
+    throwaway_database,
+    uptime,
+)
 from service.application.seamless import (  # noqa: E402
     Outcome,
     SeamlessWalletConfig,
@@ -66,24 +70,11 @@ def main() -> None:
     arguments = parser.parse_args()
     print(f"# bench/wallet.py --calls {arguments.calls} --repeats {arguments.repeats}")
     print(f"# {uptime()}")
-    with throwaway_database(server_url(), "bench_wallet") as database:
-        environment = {
-            **os.environ,
-            "OPERATOR_WALLET_KEYS": f"k1:{SECRET}",
-            "OPERATOR_WALLET_ADMIN_TOKEN": ADMIN,
-        }
-        command = [sys.executable, "-m", "operator_wallet", "serve"]
-        command += ["--database-url", database, "--port", "0"]
-        with subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=environment
-        ) as wallet:
-            try:
-                assert wallet.stdout is not None
-                url = wallet.stdout.readline().rsplit(" ", 1)[1].strip()
-                _run(url, arguments.calls, arguments.repeats)
-            finally:
-                wallet.terminate()
-                wallet.communicate(timeout=10)
+    with (
+        throwaway_database(server_url(), "bench_wallet") as database,
+        reference_wallet(database, SECRET, ADMIN) as url,
+    ):
+        _run(url, arguments.calls, arguments.repeats)
 
 
 def _run(url: str, calls: int, repeats: int) -> None:

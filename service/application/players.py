@@ -7,6 +7,8 @@ stream; a projection replaces it when the read models land.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -33,12 +35,14 @@ from domain.wallet import WALLET_EVENT_TYPES, StakeReserved
 from events.store import AppendResult, EventStore, StreamAppend
 from service.application.actor import Actor
 from service.application.appends import DEFAULT_PATIENCE, Patience, Prepared, Receipt, run_command
+from service.application.errors import PlayerNotFound
 from service.application.streams import (
     DomainEvent,
     StreamCache,
     from_recorded_as,
     id_of,
     player_stream,
+    seamless_stream,
     table_stream,
     to_new_event,
     wallet_stream,
@@ -239,3 +243,47 @@ def _history(
         payout=sum(b.payout or 0 for b in bets),
         voided=voided,
     )
+
+
+class KnownPlayers:
+    """Which player keys exist: an internal player once ops deposited to it, a seamless one once
+    its session was opened (issue 24).
+
+    The proof is the first event of the player's wallet stream or seamless stream: a read of
+    one stream's head by its index (both the sequenced and the not-yet-sequenced rows), so a
+    deposit answered a moment ago counts at once, before the sequencer gives it a position.
+    A player never stops existing (the log keeps every event), so the players found are
+    remembered, in a bounded set; a player not found is asked again next time.
+    """
+
+    def __init__(self, store: EventStore, capacity: int = 65536) -> None:
+        self._store = store
+        self._capacity = capacity
+        self._known: OrderedDict[str, None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def exists(self, player_id: str) -> bool:
+        """Whether the player key has a wallet stream or a seamless stream."""
+        with self._lock:
+            if player_id in self._known:
+                self._known.move_to_end(player_id)
+                return True
+        for stream in (wallet_stream(player_id), seamless_stream(player_id)):
+            if self._store.last_of_stream(stream, upcast=False) is not None:
+                self.remember(player_id)
+                return True
+        return False
+
+    def require(self, player_id: str) -> str:
+        """The player key, if it exists; else PlayerNotFound (a 404 `player-not-found`)."""
+        if not self.exists(player_id):
+            raise PlayerNotFound(player_id)
+        return player_id
+
+    def remember(self, player_id: str) -> None:
+        """Note a player that now exists (its first event was just recorded)."""
+        with self._lock:
+            self._known[player_id] = None
+            self._known.move_to_end(player_id)
+            while len(self._known) > self._capacity:
+                self._known.popitem(last=False)

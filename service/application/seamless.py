@@ -7,7 +7,8 @@ wallet's API to take a stake (`bet`), pay a result (`win`, 0 for a lost bet), or
 Everything here is pure: building a call's body, deriving its ids from the event that asks for
 it, signing, and sorting an answer into exactly one of four classes, each with its own rule
 (docs/wallets.md, "The four classes"). The HTTP exchange itself is
-service/runtime/seamless_wallet.py. Nothing here is wired into the bet path yet.
+service/runtime/seamless_wallet.py; the bet path that uses it is
+service/application/seamless_bets.py.
 
 The signature rule is implemented again by the reference wallet (operator_wallet.signing),
 which stands in for a casino and shares no code with Shoebox; tests/wallet_signing_vectors.json
@@ -106,6 +107,11 @@ class SeamlessWalletConfig:
     currency: str
     connect_timeout_seconds: float = 1.0
     read_timeout_seconds: float = 2.0
+    previous_keys: tuple[tuple[str, Secret], ...] = ()
+    """Keys being rotated out: answers signed with them are still accepted, requests are
+    signed with `key_id` alone."""
+    flag_after_seconds: float = 600.0
+    """How long an owed call may keep failing before it is flagged for an operator."""
 
     def __post_init__(self) -> None:
         if not is_id(self.operator):
@@ -128,6 +134,18 @@ class SeamlessWalletConfig:
                 f"{self.operator}: the wallet's currency {self.currency!r} is not the tables'"
                 f" {table_currency!r}; a seamless operator plays in the tables' currency"
             )
+        for old_id, old_secret in self.previous_keys:
+            if not _KEY_ID.fullmatch(old_id) or old_id == self.key_id:
+                raise WalletConfigError(
+                    f"{self.operator}: a previous key id is 1 to 64 of A-Z a-z 0-9 _ . -,"
+                    " and not the current key's"
+                )
+            if len(old_secret.value.encode()) < 16:
+                raise WalletConfigError(
+                    f"{self.operator}: previous key {old_id}'s secret is at least 16 bytes"
+                )
+        if not self.flag_after_seconds > 0:
+            raise WalletConfigError(f"{self.operator}: flag_after_seconds must be above 0")
         for name in ("connect_timeout_seconds", "read_timeout_seconds"):
             seconds = getattr(self, name)
             if not 0 < seconds <= MAX_TIMEOUT_SECONDS:
@@ -135,6 +153,12 @@ class SeamlessWalletConfig:
                     f"{self.operator}: {name} must be above 0 and at most"
                     f" {MAX_TIMEOUT_SECONDS:g}, not {seconds!r}"
                 )
+
+    def secret_of(self, key_id: str) -> Secret | None:
+        """The secret of an accepted key id: the current one or one being rotated out."""
+        if key_id == self.key_id:
+            return self.secret
+        return dict(self.previous_keys).get(key_id)
 
     @property
     def exponent(self) -> int:
@@ -157,6 +181,8 @@ class SeamlessWalletConfig:
             "currency",
             "connect_timeout_seconds",
             "read_timeout_seconds",
+            "previous_keys",
+            "flag_after_seconds",
         }
         unknown = sorted(set(document) - allowed)
         if unknown:
@@ -175,6 +201,11 @@ class SeamlessWalletConfig:
                 ) from None
         if not isinstance(secret, str):
             raise WalletConfigError(f"{operator}: the secret is a string")
+        previous = document.get("previous_keys", {})
+        if not isinstance(previous, Mapping) or not all(
+            isinstance(value, str) for value in previous.values()
+        ):
+            raise WalletConfigError(f"{operator}: previous_keys is a table of key id = secret")
         try:
             return cls(
                 operator=operator,
@@ -184,6 +215,10 @@ class SeamlessWalletConfig:
                 currency=str(document["currency"]),
                 connect_timeout_seconds=float(document.get("connect_timeout_seconds", 1.0)),
                 read_timeout_seconds=float(document.get("read_timeout_seconds", 2.0)),
+                previous_keys=tuple(
+                    (str(key), Secret(value)) for key, value in sorted(previous.items())
+                ),
+                flag_after_seconds=float(document.get("flag_after_seconds", 600.0)),
             )
         except KeyError as error:
             raise WalletConfigError(f"{operator}: {error.args[0]} is required") from None
@@ -399,12 +434,14 @@ def signature_problem(
     parsed = _HEADER_VALUE.fullmatch(header.strip())
     if parsed is None:
         return "the answer's signature header is malformed"
-    if parsed["key_id"] != config.key_id:
-        return f"the answer is signed with key {parsed['key_id']!r}, not ours"
+    key_id = parsed["key_id"]
+    secret = config.secret_of(key_id)
+    if secret is None:
+        return f"the answer is signed with key {key_id!r}, not ours"
     timestamp = int(parsed["timestamp"])
     if abs(now - timestamp) > SIGNATURE_TOLERANCE_SECONDS:
         return "the answer's signature is stale"
-    expected = signature(config.key_id, config.secret, method, path, timestamp, body)
+    expected = signature(key_id, secret, method, path, timestamp, body)
     if not hmac.compare_digest(expected, header.strip()):
         return "the answer's signature does not match"
     return None

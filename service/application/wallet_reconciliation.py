@@ -5,17 +5,21 @@ knows of its fate; the wallet's side is its transaction list (docs/wallets.md). 
 disagreement is reported under the transaction id it concerns; a call whose fate Shoebox is
 still waiting to learn (an owed rollback, a win being retried) is a note, not a difference.
 
-Not built yet (docs/wallets.md, "What is built"): reading Shoebox's calls from the log's
-events, and the `shoebox wallet reconcile` command with its daily significant event.
+`report_day` records one operator's day as a WalletReconciled event, once: the worker's daily
+job (service/runtime/jobs.py) calls it, and a day with a difference is a significant event.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, date, datetime, time, timedelta
 from enum import StrEnum
 from typing import Any, Final
+
+from domain.reconciliation import FIRST_DIFFERENCES, WalletReconciled
+from events.store import ConcurrencyConflict, EventStore, JsonValue, NewEvent, StreamAppend
+from service.application.actor import Actor
 
 MONEY_KINDS: Final = ("bet", "win", "rollback")
 APPLIED: Final = frozenset({"OK", "UNKNOWN_TRANSACTION"})
@@ -214,3 +218,79 @@ def _mismatch(call: ShoeboxCall, entry: WalletEntry) -> str:
     if sorted(call.reference) != sorted(entry.reference):
         different.append("the referenced transactions differ")
     return "; ".join(different)
+
+
+# -- the daily report ----------------------------------------------------------------------
+
+RECONCILIATION: Final = "reconciliation"
+RECONCILER: Final = Actor("reconciler", "system")
+"""The actor of the WalletReconciled events the worker's daily job appends."""
+LIST_MARGIN: Final = timedelta(minutes=10)
+"""How far around the day the wallet's list is read: a call sent at the day's last instant may
+be recorded by the wallet just after it (the same margin as `shoebox wallet reconcile`)."""
+_ATTEMPTS: Final = 3
+
+
+def reconciliation_stream(operator: str) -> str:
+    """The stream of an operator's daily reconciliations, one event per day reported."""
+    return f"{RECONCILIATION}:{operator}"
+
+
+def day_window(day: date) -> tuple[datetime, datetime]:
+    """The UTC day as [its midnight, the next midnight)."""
+    start = datetime.combine(day, time(), UTC)
+    return start, start + timedelta(days=1)
+
+
+def report_day(
+    store: EventStore,
+    operator: str,
+    day: date,
+    calls: Callable[[datetime, datetime], Iterable[ShoeboxCall]],
+    listed: Callable[[datetime, datetime], Iterable[WalletEntry]],
+) -> WalletReconciled | None:
+    """Reconcile `operator`'s `day` and append a WalletReconciled, unless the day is reported.
+
+    `calls(since, until)` are Shoebox's calls of the window (the projection caught up);
+    `listed(since, until)` the wallet's rows, read over LIST_MARGIN around it. Safe to run any
+    number of times, by several workers: the stream's expected version lets one of two racing
+    runs append, and the other finds the day reported. None when it was reported already.
+    """
+    stream = reconciliation_stream(operator)
+    conflict: ConcurrencyConflict | None = None
+    for _ in range(_ATTEMPTS):
+        recorded = store.read_stream(stream)
+        if any(event.payload.get("day") == day.isoformat() for event in recorded):
+            return None
+        start, end = day_window(day)
+        result = reconcile(
+            calls(start, end), listed(start - LIST_MARGIN, end + LIST_MARGIN), (start, end)
+        )
+        event = WalletReconciled(
+            operator=operator,
+            day=day.isoformat(),
+            compared=result.compared,
+            differences=len(result.differences),
+            notes=len(result.notes),
+            first_differences=tuple(
+                difference.transaction_uuid for difference in result.differences[:FIRST_DIFFERENCES]
+            ),
+        )
+        payload: dict[str, JsonValue] = {
+            "operator": event.operator,
+            "day": event.day,
+            "compared": event.compared,
+            "differences": event.differences,
+            "notes": event.notes,
+            "first_differences": list(event.first_differences),
+        }
+        new = NewEvent(WalletReconciled.type, payload)
+        try:
+            store.append([StreamAppend(stream, len(recorded), [new])], RECONCILER.metadata())
+        except ConcurrencyConflict as error:
+            # Another worker appended to the stream meanwhile: most likely this very day.
+            conflict = error
+            continue
+        return event
+    assert conflict is not None
+    raise conflict

@@ -1,7 +1,7 @@
 """The HTTP side of a seamless operator's wallet: send one signed call, classify its answer.
 
 One `send` is one attempt; retrying (with the same call, so the same ids) is the owed-calls
-queue's job, which is not built yet (docs/wallets.md, "What is built"). A timeout, a refused
+queue's job (service/application/seamless_calls.py). A timeout, a refused
 connection or a reset all read as an exchange without an answer, which the protocol sorts as
 uncertain. A log line per call names the operator, the call, its transaction and its class;
 never the session token, the secret or the body.
@@ -42,8 +42,8 @@ def load_wallets(path: Path) -> dict[str, SeamlessWalletConfig]:
     """Every seamless operator's wallet a TOML file configures, under `[operators.NAME]`.
 
     Each is checked now (a currency other than the tables' is refused here, not at the first
-    bet). An error names the operator and the setting, never a secret's value. Not yet read by
-    Shoebox's settings: the bet path that would use it is not built.
+    bet). An error names the operator and the setting, never a secret's value. Read at startup
+    from SHOEBOX_SEAMLESS_WALLETS_FILE (service/runtime/settings.py).
     """
     try:
         document = tomllib.loads(path.read_text())
@@ -82,11 +82,16 @@ class SeamlessWalletClient:
     def __repr__(self) -> str:
         return f"SeamlessWalletClient(operator={self._config.operator!r})"
 
-    def send(self, call: WalletCall) -> WalletResult:
-        """One attempt at `call`, classified."""
+    def send(self, call: WalletCall, within_seconds: float | None = None) -> WalletResult:
+        """One attempt at `call`, classified.
+
+        `within_seconds` bounds the whole exchange below the configured timeouts: a bet's debit
+        must be answered before its round's betting window closes. Past it, the exchange has
+        no answer (uncertain), as past the configured read timeout.
+        """
         started = time.perf_counter()
         path = self._config.path_prefix + call.path
-        exchange = self._exchange("POST", path, call.body())
+        exchange = self._exchange("POST", path, call.body(), within_seconds)
         result = classify(self._config, call, "POST", exchange, self._now())
         log.log(
             logging.INFO if result.outcome is Outcome.OK else logging.WARNING,
@@ -140,20 +145,31 @@ class SeamlessWalletClient:
     def _now(self) -> int:
         return int(self._clock().timestamp())
 
-    def _exchange(self, method: str, path: str, body: bytes) -> Exchange:
+    def _exchange(
+        self, method: str, path: str, body: bytes, within_seconds: float | None = None
+    ) -> Exchange:
         config = self._config
+        connect_timeout = config.connect_timeout_seconds
+        if within_seconds is not None:
+            connect_timeout = min(connect_timeout, within_seconds)
+        began = self._clock()
         header = signature(config.key_id, config.secret, method, path, self._now(), body)
         connection_class = (
             http.client.HTTPSConnection if self._https else http.client.HTTPConnection
         )
-        connection = connection_class(
-            self._host, self._port, timeout=config.connect_timeout_seconds
-        )
+        connection = connection_class(self._host, self._port, timeout=connect_timeout)
         try:
             connection.connect()
             assert connection.sock is not None
             # http.client has one timeout; the read may wait longer than the connect.
-            connection.sock.settimeout(config.read_timeout_seconds)
+            read_timeout = config.read_timeout_seconds
+            if within_seconds is not None:
+                spent = (self._clock() - began).total_seconds()
+                read_timeout = min(read_timeout, within_seconds - spent)
+                if read_timeout <= 0:
+                    # The bound passed while connecting: nothing was sent, so nothing applied.
+                    return Exchange(None, failure="timeout")
+            connection.sock.settimeout(read_timeout)
             headers = {
                 "Content-Type": "application/json",
                 "Content-Length": str(len(body)),

@@ -15,8 +15,9 @@ from service.application.actor import Actor
 from service.application.appends import Receipt
 from service.application.keys import Role
 from service.application.wallets import Balance, StatementEntry
-from service.web.api import Blueprint, actor, container
+from service.web.api import Blueprint, actor, container, read_models
 from service.web.auth import READERS, roles
+from service.web.consistency import exact_read
 from service.web.fields import (
     DEFAULT_PAGE,
     MAX_PENCE,
@@ -25,6 +26,7 @@ from service.web.fields import (
     pence_field,
     reason_field,
 )
+from service.web.operators import known_player
 
 blp = Blueprint(
     "wallets", __name__, url_prefix="/wallets", description="Wallets: movements by ops, balances."
@@ -76,6 +78,28 @@ class BalanceSchema(ma.Schema):
     available_pence = ma.fields.Integer(required=True)
     reserved_pence = ma.fields.Integer(required=True)
     version = ma.fields.Integer(required=True, metadata={"description": "The wallet's version."})
+
+
+class LastAnswerSchema(ma.Schema):
+    """What a seamless operator's wallet last said of the player's balance."""
+
+    balance_pence = ma.fields.Integer(required=True)
+    call = ma.fields.String(required=True, metadata={"enum": ["balance", "bet", "win", "rollback"]})
+    answered_at = ma.fields.DateTime(required=True)
+
+
+class WalletSchema(BalanceSchema):
+    """A wallet's balances; for a seamless operator's player, also the wallet's last answer."""
+
+    seamless = ma.fields.Nested(
+        LastAnswerSchema,
+        allow_none=True,
+        metadata={
+            "description": "Only for a seamless operator's player, whose money is in the"
+            " operator's wallet (docs/wallets.md): the balance its last answer stated (null"
+            " before any). Shoebox's own balances are then 0."
+        },
+    )
 
 
 class MovementResultSchema(BalanceSchema):
@@ -184,16 +208,34 @@ def _moved(player_id: str, movement: dict[str, Any], move: Move) -> dict[str, An
 class Wallet(MethodView):
     """A player's wallet."""
 
+    # Decides money: always from the primary, never a replica (docs/scaling.md).
+    @exact_read
     @roles(*READERS)
-    @blp.response(200, BalanceSchema)
+    @blp.alt_response(404, response="NOT_FOUND")
+    @blp.response(200, WalletSchema)
     def get(self, player_id: str) -> dict[str, Any]:
         """Read a wallet's balances (an unused wallet holds nothing), exact at once.
 
         Read from the wallet's own stream (its newest snapshot and the events after it), not
         from the read model: a bet, a settlement or a deposit answered a moment ago is in it.
-        `version` is the wallet's version the figures are at.
+        `version` is the wallet's version the figures are at. A seamless operator's player
+        also has `seamless`: the balance the operator's wallet last stated, and when.
         """
-        return _balance(container().wallets.balance(player_id))
+        known_player(player_id)
+        document = _balance(container().wallets.balance(player_id))
+        seamless = container().seamless
+        if seamless is not None and seamless.is_seamless(player_id):
+            last = seamless.last_answer(player_id)
+            document["seamless"] = (
+                None
+                if last is None
+                else {
+                    "balance_pence": last.balance,
+                    "call": last.call,
+                    "answered_at": last.answered_at,
+                }
+            )
+        return document
 
 
 @blp.route("/<id:player_id>/deposits", parameters=[PLAYER_ID_PARAMETER])
@@ -219,9 +261,11 @@ class Withdrawals(MethodView):
 
     @roles(Role.OPS)
     @blp.arguments(MovementSchema)
+    @blp.alt_response(404, response="NOT_FOUND")
     @blp.response(201, MovementResultSchema)
     def post(self, movement: dict[str, Any], player_id: str) -> dict[str, Any]:
         """Pay money out of a wallet, never more than is available, saying why."""
+        known_player(player_id)
         return _moved(player_id, movement, container().wallets.withdraw)
 
 
@@ -231,9 +275,11 @@ class Corrections(MethodView):
 
     @roles(Role.OPS)
     @blp.arguments(CorrectionSchema)
+    @blp.alt_response(404, response="NOT_FOUND")
     @blp.response(201, MovementResultSchema)
     def post(self, movement: dict[str, Any], player_id: str) -> dict[str, Any]:
         """Correct a wallet by a signed amount, saying why."""
+        known_player(player_id)
         return _moved(player_id, movement, container().wallets.correct)
 
 
@@ -243,12 +289,14 @@ class Statement(MethodView):
 
     @roles(*READERS)
     @blp.arguments(StatementQuerySchema, location="query")
+    @blp.alt_response(404, response="NOT_FOUND")
     @blp.response(200, StatementSchema)
     def get(self, page: dict[str, Any], player_id: str) -> dict[str, Any]:
         """Read a wallet's movements, newest first, with the balances after each."""
+        known_player(player_id)
         limit = page.get("limit", DEFAULT_PAGE)
         # The read model; the wallet's own stream only in the in-memory wiring, which has none.
-        reader = container().projections or container().wallets
+        reader = read_models() or container().wallets
         entries = reader.statement(player_id, limit=limit, before=page.get("before"))
         oldest = entries[-1].version if entries else None
         return {

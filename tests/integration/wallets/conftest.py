@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import urllib.error
 import urllib.request
@@ -13,10 +12,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import psycopg
 import pytest
-from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from operator_wallet import WalletServer, running_wallet
 from operator_wallet.signing import SigningKey, sign
@@ -29,6 +25,7 @@ from service.application.seamless import (
     win_call,
 )
 from service.runtime.seamless_wallet import SeamlessWalletClient
+from tests.databases import scratch_database
 
 ADMIN_TOKEN = "admin-" + secrets.token_hex(8)
 SECRET_1 = "first-secret-" + secrets.token_hex(16)
@@ -52,18 +49,8 @@ class MovableClock:
 @pytest.fixture(scope="session")
 def wallet_database_url(postgres_server_url: str) -> Iterator[str]:
     """A database for the reference wallet alone, dropped at the end of the run."""
-    name = f"operator_wallet_test_{os.getpid()}_{secrets.token_hex(4)}"
-    with psycopg.connect(postgres_server_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    params = conninfo_to_dict(postgres_server_url)
-    params["dbname"] = name
-    try:
-        yield make_conninfo(**params)  # type: ignore[arg-type]
-    finally:
-        with psycopg.connect(postgres_server_url, autocommit=True) as conn:
-            conn.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
+    with scratch_database(postgres_server_url, "operator_wallet_test") as url:
+        yield url
 
 
 @pytest.fixture(scope="session")
