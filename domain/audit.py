@@ -42,3 +42,39 @@ class TreeCheckpointSigned:
     key_id: str
     note: str
     cosigners: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class LogRestored:
+    """The database was restored to an earlier point: the log resumes after `last_position_kept`.
+
+    Appended by `shoebox restore` before play resumes. Whatever the log held after
+    `last_position_kept` is gone, and checkpoints signed over it (`recorded_at` before this
+    event's `restored_at`) are reported by `shoebox audit verify` as lost by this restore,
+    not as a cut log. `last_checkpoint_position` and `last_checkpoint_hash` name the last
+    checkpoint the restored log extends (None before the first). Every table whose shoe was
+    open is then retired, its seed revealed and its open round voided (a MalfunctionDeclared
+    naming this restore), since cards dealt after the restore point may have been seen.
+
+    `recovered_head` is where recovery itself ended. Appends committed before the recovery
+    target that the lost timeline had not sequenced yet are kept by the recovery, and placed
+    after it before this event: positions `recovered_head + 1` to `last_position_kept`. Their
+    positions and hashes are new, so a checkpoint the lost timeline signed past
+    `recovered_head` is lost by this restore too. None (as in restores recorded before the
+    field existed) means no append was placed: it equals `last_position_kept`.
+    """
+
+    type: ClassVar[str] = "LogRestored"
+    restore_id: str
+    last_position_kept: int
+    last_checkpoint_position: int | None
+    last_checkpoint_hash: str | None
+    recovery_target: str
+    reason: str
+    restored_at: str
+    recovered_head: int | None = None
+
+    @property
+    def lost_after(self) -> int:
+        """The last position the lost timeline and the restored log hold alike."""
+        return self.last_position_kept if self.recovered_head is None else self.recovered_head

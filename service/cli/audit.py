@@ -89,7 +89,8 @@ def verify(
             prev_hash = _hash_before(pool, from_position)
             head = store.head()
             broken, last = _walk(store, from_position, prev_hash, batch_size, head)
-            unmet = _unmet(pool, kept, trusted_keys)
+            lost: list[str] = []
+            unmet = _unmet(pool, store, kept, trusted_keys, lost)
     except psycopg.errors.UndefinedTable as error:
         raise AuditUnavailable(
             "this database has no event log; run `shoebox migrate` first"
@@ -102,6 +103,9 @@ def verify(
             click.echo(f"positions {from_position}..{link.position - 1} verify")
         click.echo(f"BROKEN at position {link.position} (stream {stream_id}): {_what(link)}")
         raise click.exceptions.Exit(1)
+    for why in lost:
+        # A significant event, not a failure: the restore is itself in the log, and says so.
+        click.echo(why)
     if unmet:
         for problem in unmet:
             click.echo(f"BROKEN {problem}")
@@ -114,7 +118,12 @@ def verify(
             f"OK: {count} events verified, positions {from_position}..{last.position},"
             f" head hash {last.hash}"
         )
-    if kept:
+    if kept and lost:
+        click.echo(
+            f"OK: the log extends the {len(kept) - len(lost)} other kept checkpoints;"
+            f" {len(lost)} lost by a recorded restore"
+        )
+    elif kept:
         click.echo(f"OK: the log extends all {len(kept)} kept checkpoints")
         if not trusted_keys:
             # Anyone who can write the kept file could have signed it with a key of their
@@ -167,6 +176,125 @@ def checkpoint(out: Path | None) -> None:
     click.echo(kept_line(signed))
 
 
+@audit.command("record-loss")
+@click.option(
+    "--checkpoint",
+    "kept_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    required=True,
+    help="Signed checkpoints kept outside the database (SHOEBOX_CHECKPOINT_FILE, a regulator's).",
+)
+@click.option("--reason", required=True, help="Why the log lost its tail, for the record.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Record a loss the kept checkpoints do not show (writes lost after the last one).",
+)
+@click.option("--dry-run", is_flag=True, help="Say what was lost and record nothing.")
+def record_loss_command(kept_file: Path, reason: str, force: bool, dry_run: bool) -> None:
+    """After a failover that lost data: record it in the log, and retire the open shoes.
+
+    Run it with every Shoebox process stopped, before play resumes: it compares the log with
+    the checkpoints kept outside it, and appends LogRestored at the log's head (what was kept),
+    retiring and revealing every open shoe and voiding its round, as after a restore. Exit 0
+    when recorded or nothing was lost, 1 when the log was rewritten rather than cut.
+    """
+    from service.application.actor import Actor
+    from service.application.restores import (
+        RestoreNotRecordableError,
+        continuity,
+        record_loss,
+    )
+
+    kept = _kept(kept_file)
+    try:
+        with database_url(Settings.from_env()) as url, open_pool(url, max_size=2) as pool:
+            store = PostgresEventStore(pool, upcasters=upcasters())
+            standing = continuity(store, kept)
+            for why in standing.explained:
+                click.echo(why)
+            for lost in standing.lost:
+                click.echo(
+                    f"checkpoint at position {lost.position}: LOST (the log ends at"
+                    f" {standing.head})"
+                )
+            if dry_run:
+                if standing.rewritten:
+                    positions = ", ".join(str(c.position) for c in standing.rewritten)
+                    click.echo(f"REWRITTEN: the log holds other events at {positions}")
+                    raise click.exceptions.Exit(1)
+                return
+            try:
+                from service.runtime.seamless_wiring import owed_calls
+
+                settings = Settings.from_env()
+                recorded = record_loss(
+                    store,
+                    utc_now,
+                    Actor(f"cli:{getpass.getuser()}", "cli"),
+                    kept=kept,
+                    reason=reason,
+                    force=force,
+                    seamless=settings.is_seamless,
+                    owed=owed_calls(settings, pool),
+                )
+            except RestoreNotRecordableError as error:
+                click.echo(f"REWRITTEN: {error}", err=True)
+                raise click.exceptions.Exit(1) from None
+    except psycopg.OperationalError as error:
+        raise AuditUnavailable(f"cannot reach the database: {error}") from error
+    if recorded is None:
+        click.echo(
+            f"nothing recorded: the log (head {standing.head}) extends every kept checkpoint"
+            " not already explained (--force records a loss they do not show)"
+        )
+        return
+    retired = ", ".join(recorded.tables) or "none"
+    click.echo(
+        f"recorded LogRestored {recorded.restored.restore_id}: the log kept to position"
+        f" {recorded.restored.last_position_kept}; shoes retired at tables: {retired}"
+    )
+    settings = Settings.from_env()
+    if settings.seamless_wallets:
+        # The wallets hold calls made in the lost tail: reconciled from the restore point,
+        # the lost debits' rollbacks owed, the rest flagged (docs/wallets.md).
+        from service.cli.wallet import _pool, restore_point, wallets_after_restore
+
+        with _pool(settings) as wallet_pool:
+            since = restore_point(wallet_pool)
+            assert since is not None  # recorded just now
+            if wallets_after_restore(settings, wallet_pool, since):
+                click.echo("FLAGGED: see above; the operator settles these with the casino")
+
+
+def refuse_to_start_on_cut_log(settings: Settings, url: str) -> None:
+    """Stop a process before it starts on a log that lost checkpoints nobody recorded.
+
+    The checkpoints the workers publish to SHOEBOX_CHECKPOINT_FILE are the log's memory of
+    itself outside the database: a log that no longer extends them was cut (a failover to a
+    standby that lacked the primary's last commits, a restore by other means than `shoebox
+    restore`). Playing on would deal the lost rounds' cards again from their shoes.
+    """
+    path = settings.checkpoint_file
+    if path is None or not path.is_file():
+        return
+    from service.application.restores import continuity
+
+    last = _last_kept(path)
+    if last is None:
+        return
+    with open_pool(url, max_size=1) as pool:
+        standing = continuity(PostgresEventStore(pool, upcasters=upcasters()), [last])
+    if standing.cut:
+        raise click.ClickException(
+            f"the log (head {standing.head}) does not extend the last checkpoint in {path}"
+            f" (position {last.position}): it lost its tail, or was rewritten. Stop every"
+            f" Shoebox process and run `shoebox audit record-loss --checkpoint {path}"
+            ' --reason ...` before play resumes (docs/operations.md, "A failover that lost'
+            ' data")'
+        )
+
+
 @audit.command("tree")
 def tree() -> None:
     """Bring the log's Merkle tree up to the head now, and print its size and root.
@@ -217,6 +345,28 @@ def _kept(path: Path | None) -> list[CheckpointSigned]:
         raise AuditUnavailable(f"the kept checkpoints: {error}") from error
 
 
+_TAIL_BYTES = 64 * 1024
+
+
+def _last_kept(path: Path) -> CheckpointSigned | None:
+    """The file's last checkpoint, read from its end: a year of them is a few hundred MB, and
+    a process's start must not cost more as the file grows."""
+    from service.application.checkpoints import CheckpointError, read_kept
+
+    with path.open("rb") as kept:
+        size = kept.seek(0, 2)
+        kept.seek(max(0, size - _TAIL_BYTES))
+        tail = kept.read().decode("utf-8", errors="replace")
+    lines = [line for line in tail.splitlines() if line.strip()]
+    if not lines:
+        return None
+    try:
+        (last,) = read_kept(lines[-1:], f"{path} (last line)")
+    except CheckpointError as error:
+        raise AuditUnavailable(f"the kept checkpoints: {error}") from error
+    return last
+
+
 def _public_keys(keys: tuple[str, ...]) -> tuple[str, ...]:
     for key in keys:
         if not _PUBLIC_KEY.fullmatch(key):
@@ -224,18 +374,43 @@ def _public_keys(keys: tuple[str, ...]) -> tuple[str, ...]:
     return keys
 
 
-def _unmet(pool: Pool, kept: list[CheckpointSigned], trusted: tuple[str, ...]) -> list[str]:
+def _unmet(
+    pool: Pool,
+    store: PostgresEventStore,
+    kept: list[CheckpointSigned],
+    trusted: tuple[str, ...],
+    lost: list[str],
+) -> list[str]:
     if not kept:
         return []
     from service.application.checkpoints import check_kept
+    from service.application.restores import lost_by_restore, restores
+
+    recorded = restores(store)
+    named = [(p, r) for p, r in recorded if r.last_checkpoint_position is not None]
 
     with pool.connection() as conn:
         rows = conn.execute(
             "SELECT position, hash FROM events WHERE position = ANY(%s)",
-            [[c.position for c in kept]],
+            [[c.position for c in kept] + [r.last_checkpoint_position for _, r in named]],
         ).fetchall()
     hashes = {int(position): str(found) for position, found in rows}
-    return check_kept(kept, hashes.get, trusted)
+    # A restore's record must itself be true: the checkpoint it says the log extends is there.
+    false_claims = [
+        f"restore recorded at position {at}: it names the checkpoint at position"
+        f" {r.last_checkpoint_position} with hash {r.last_checkpoint_hash}, which the log"
+        " does not hold"
+        for at, r in named
+        if r.last_checkpoint_position is not None
+        and hashes.get(r.last_checkpoint_position) != r.last_checkpoint_hash
+    ]
+    return false_claims + check_kept(
+        kept,
+        hashes.get,
+        trusted,
+        explained=lambda checkpoint: lost_by_restore(checkpoint, recorded),
+        lost=lost,
+    )
 
 
 def _hash_before(pool: Pool, position: int) -> str:

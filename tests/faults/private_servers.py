@@ -24,6 +24,8 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from events.migrations import apply_migrations
 from service.embedded import EmbeddedPostgres, EmbeddedRedis
+from service.embedded.postgres import _hand_over, _postgres_account, _postgres_bin_dir
+from service.embedded.processes import run_as
 from service.embedded.server import SharedServer
 
 DATABASE = "shoebox"
@@ -153,3 +155,60 @@ def private_redis(data_dir: Path) -> Iterator[PrivateRedis]:
         yield server
     finally:
         server.stop()
+
+
+REPLICA_SETTINGS = {
+    # What docs/operations.md asks of a replica that serves reads: its long queries (an
+    # export) hold back the primary's vacuum rather than being cancelled by its replay.
+    "hot_standby": "on",
+    "hot_standby_feedback": "on",
+}
+
+
+@contextmanager
+def private_replica(primary: PrivatePostgres, logs: Path) -> Iterator[PrivatePostgres]:
+    """A hot standby of `primary`, streaming from it, on a loopback port of its own.
+
+    Made as a DBA makes one: `pg_basebackup -R` (which writes primary_conninfo and
+    standby.signal) from the running primary, then started by the same class as the primary
+    (its cluster exists, so no initdb). Stopped, and its directory removed, afterwards.
+    """
+    scratch = Path(tempfile.mkdtemp(prefix="shoebox-fault-replica-"))
+    data_dir = scratch / "postgres"
+    data_dir.mkdir()
+    account = _postgres_account()
+    if account is not None:
+        _hand_over(data_dir, account)
+    log_path = data_dir / "basebackup.log"
+    code, output = run_as(
+        account,
+        [
+            _postgres_bin_dir() / "pg_basebackup",
+            "--host=127.0.0.1",
+            f"--port={primary.port}",
+            "--username=postgres",
+            f"--pgdata={data_dir / 'pgdata'}",
+            "--write-recovery-conf",
+            "--wal-method=stream",
+            "--checkpoint=fast",
+            "--no-password",
+        ],
+        cwd=data_dir,
+        timeout=120,
+        log_path=log_path,
+    )
+    assert code == 0, f"pg_basebackup failed: {output}"
+    with (data_dir / "pgdata" / "postgresql.auto.conf").open("a") as conf:
+        conf.writelines(f"{name} = '{value}'\n" for name, value in REPLICA_SETTINGS.items())
+    server = PrivatePostgres(data_dir)
+    try:
+        server.start()
+        try:
+            yield server
+        finally:
+            server.stop()
+    finally:
+        logs.mkdir(parents=True, exist_ok=True)
+        for log in data_dir.glob("*.log"):
+            shutil.copy(log, logs / f"replica-{log.name}")
+        shutil.rmtree(scratch, ignore_errors=True)

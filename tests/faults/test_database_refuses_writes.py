@@ -37,8 +37,15 @@ BEGIN
 END $$;
 CREATE TRIGGER failpoint_disk_full BEFORE INSERT ON events
     FOR EACH ROW EXECUTE FUNCTION failpoint_disk_full();
+CREATE TRIGGER failpoint_disk_full BEFORE INSERT ON unsequenced_events
+    FOR EACH ROW EXECUTE FUNCTION failpoint_disk_full();
 """
-HEALED = "DROP TRIGGER failpoint_disk_full ON events; DROP FUNCTION failpoint_disk_full();"
+# Both tables since migration 0030: an append writes unsequenced_events, the sequencer events.
+HEALED = (
+    "DROP TRIGGER failpoint_disk_full ON events;"
+    " DROP TRIGGER failpoint_disk_full ON unsequenced_events;"
+    " DROP FUNCTION failpoint_disk_full();"
+)
 
 
 @contextmanager

@@ -61,6 +61,11 @@ def public_key_of(private_key_seed: bytes) -> bytes:
     return private.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
 
 
+def is_timestamp(text: object) -> bool:
+    """Whether `text` is the log's fixed-width UTC timestamp, which sorts as it reads."""
+    return isinstance(text, str) and _TIMESTAMP.fullmatch(text) is not None
+
+
 def signed_message(position: int, head_hash: str, recorded_at: str, signer_key_id: str) -> bytes:
     """The exact bytes a checkpoint's signatures cover."""
     return canonical_json(

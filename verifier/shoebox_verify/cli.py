@@ -35,7 +35,7 @@ def _parser() -> argparse.ArgumentParser:
         "header's promises, every shoe from its revealed seed, every coup by the tableau, "
         "every payout, and the money between tables and wallets.",
     )
-    parser.add_argument("export", help="the export file (JSON Lines, shoebox-export/1)")
+    parser.add_argument("export", help="the export file (JSON Lines, shoebox-export/1 or /2)")
     parser.add_argument(
         "--checkpoint",
         metavar="FILE",

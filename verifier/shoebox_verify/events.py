@@ -44,6 +44,17 @@ EVENT_TYPES: Final[frozenset[str]] = frozenset(
         "Corrected",
         "StakeReserved",
         "PayoutCredited",
+        # Seamless streams: a seamless operator's player, whose money is in the operator's
+        # own wallet (docs/wallets.md): sessions, debits, and the calls owed and their fates.
+        "SessionOpened",
+        "StakeDebited",
+        "WalletCallRefused",
+        "WalletCallOwed",
+        "WalletCallConfirmed",
+        "WalletCallParked",
+        # A seamless operator's daily reconciliation with its wallet: informational to the
+        # verifier, which has no access to the wallet's own list.
+        "WalletReconciled",
         # Chat, player limits, API keys and the audit log's own checkpoints.
         "MessagePosted",
         "PlayerLimitSet",
@@ -51,5 +62,6 @@ EVENT_TYPES: Final[frozenset[str]] = frozenset(
         "ApiKeyRevoked",
         "CheckpointSigned",
         "TreeCheckpointSigned",
+        "LogRestored",
     }
 )

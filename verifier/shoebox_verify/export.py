@@ -13,6 +13,9 @@ from typing import Any, NoReturn
 from shoebox_verify.strictjson import BadJsonError, loads_line
 
 EXPORT_FORMAT = "shoebox-export/1"
+SEAMLESS_EXPORT_FORMAT = "shoebox-export/2"
+"""Version 1 and seamless (operator-wallet) money: the `seamless:` streams' events."""
+EXPORT_FORMATS = (EXPORT_FORMAT, SEAMLESS_EXPORT_FORMAT)
 GENESIS_HASH = "0" * 64
 HEX64 = re.compile(r"[0-9a-f]{64}")
 TIMESTAMP = re.compile(r"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})\.\d{6}Z")
@@ -203,6 +206,7 @@ class Header:
     first_position: int | None
     last_position: int | None
     prev_hash: str | None
+    format: str = EXPORT_FORMAT
 
 
 def read_header(document: dict[str, Any], line: int) -> Header:
@@ -211,8 +215,8 @@ def read_header(document: dict[str, Any], line: int) -> Header:
     if document.get("kind") != "header":
         fields.fail('the first line must be the header (kind "header")')
     format_ = fields.text("format")
-    if format_ != EXPORT_FORMAT:
-        fields.fail(f"format {format_!r} is not {EXPORT_FORMAT!r}, the one this verifier reads")
+    if format_ not in EXPORT_FORMATS:
+        fields.fail(f"format {format_!r} is not one this verifier reads: {EXPORT_FORMATS}")
     header = Header(
         fields.text("table_id"),
         fields.timestamp_or_none("from"),
@@ -220,6 +224,7 @@ def read_header(document: dict[str, Any], line: int) -> Header:
         fields.integer_or_none("first_position"),
         fields.integer_or_none("last_position"),
         fields.hash("prev_hash") if document.get("prev_hash") is not None else None,
+        format_,
     )
     if "prev_hash" not in document:
         fields.fail("prev_hash is missing")

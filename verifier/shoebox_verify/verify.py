@@ -17,7 +17,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, Any, Final
 
 from shoebox_verify import checkpoints as cp
 from shoebox_verify import rules
@@ -25,6 +25,7 @@ from shoebox_verify.events import EVENT_TYPES
 from shoebox_verify.export import (
     DOCUMENT_KEYS,
     EVENT_KEYS,
+    EXPORT_FORMAT,
     METADATA_KEYS,
     DamagedError,
     Fields,
@@ -37,6 +38,7 @@ from shoebox_verify.export import (
     read_shoe,
     read_wallet,
 )
+from shoebox_verify.seamless import SeamlessMoney
 from shoebox_verify.shoe import POINTS, SeedError, Shoe, check_parameters, commitment, shuffle
 from shoebox_verify.strictjson import BadJsonError, canonical_json
 from shoebox_verify.upcasting import UnknownSchemaError, upcast
@@ -98,6 +100,10 @@ class Report:
             f"unrevealed shoes), {self.settlements} settlements, {self.credits} credits, "
             f"{self.wallets} wallets, {self.checkpoints} checkpoints"
         )
+
+
+_OWED_TO_SEAMLESS: Final = ("return", "credit", "reverse")
+"""Obligations that for a seamless player are calls to their operator's wallet."""
 
 
 @dataclass(slots=True)
@@ -186,6 +192,42 @@ def _lines(file: IO[bytes]) -> Iterator[tuple[int, bytes]]:
     yield from enumerate(file, start=1)
 
 
+@dataclass(frozen=True, slots=True)
+class _Restore:
+    """A `LogRestored` in the slice: the log was restored to an earlier point, then resumed."""
+
+    position: int  # of the LogRestored event itself
+    last_position_kept: int
+    last_checkpoint_position: int | None
+    last_checkpoint_hash: str | None
+    restored_at: str
+    reason: str
+    # Where recovery itself ended: the events after it, to last_position_kept, were placed
+    # afresh from appends the recovery kept unsequenced (absent in older records: no such).
+    recovered_head: int
+
+    def lost(self, position: int, recorded_at: str | None) -> str | None:
+        """Why a kept checkpoint the log no longer extends was lost by this restore, if it was.
+
+        Only a checkpoint past the last position kept, and signed before the restore: one
+        signed since was signed over the restored log, which must extend it.
+        """
+        if recorded_at is None or position <= self.recovered_head:
+            return None
+        if not recorded_at < self.restored_at:  # fixed-width UTC: text order is time order
+            return None
+        extends = (
+            "no checkpoint"
+            if self.last_checkpoint_position is None
+            else f"the checkpoint at {self.last_checkpoint_position}"
+        )
+        return (
+            f"checkpoint at position {position}: LOST by the restore recorded at position"
+            f" {self.position} ({self.restored_at}: the log was restored to position"
+            f" {self.recovered_head}, extending {extends}; reason: {self.reason})"
+        )
+
+
 class Verifier:
     """One verification of one export file."""
 
@@ -225,7 +267,17 @@ class Verifier:
         self._derived: OrderedDict[str, Shoe] = OrderedDict()
         self._named_shoes: set[str] = set()
         self._wallets: dict[str, _Wallet] = {}
-        self._expected_hashes: dict[int, list[tuple[str, str]]] = {}
+        # Players of seamless operators seen in the slice: their stakes are checked against
+        # their debits; their wins and rollbacks are calls to the operator's wallet, which
+        # reconciliation checks (docs/wallets.md), not this file.
+        self._seamless: set[str] = set()
+        # Their wins and rollbacks, derived from the table's events and held to their
+        # confirmations (shoebox_verify/seamless.py).
+        self._money = SeamlessMoney(self.report.add)
+        # Position -> (who signed it, the head signed, and when for a kept checkpoint, which a
+        # recorded restore may have lost; None for one no restore can excuse).
+        self._expected_hashes: dict[int, list[tuple[str, str, str | None]]] = {}
+        self._restores: list[_Restore] = []
         self._table_stream = ""
         self._first_is_table = False
         self._last_is_table = False
@@ -295,6 +347,10 @@ class Verifier:
         self._event_lines += 1
         if trailer:
             self.report.add("format", f"line {number}", "an event line after shoe or wallet lines")
+        if b'"LogRestored"' in raw:
+            document = read_object(raw, number)
+            if document.get("type") == "LogRestored":
+                self._index_restore(document, number)
         if b'"RoundVoided"' in raw:
             document = read_object(raw, number)
             if document.get("type") == "RoundVoided":
@@ -304,6 +360,27 @@ class Verifier:
                     round_id = payload.get("round_id")
                     if isinstance(round_id, str):
                         self._voided.add((stream_id.partition(":")[2], round_id))
+
+    def _index_restore(self, document: dict[str, Any], number: int) -> None:
+        position = document.get("position")
+        payload = document.get("payload")
+        if type(position) is not int or type(payload) is not dict:
+            return  # pass 2 names what is malformed
+        body = Fields(payload, number, "payload.", position)
+        kept = body.integer("last_position_kept", 0)
+        recovered = body.integer_or_none("recovered_head") if "recovered_head" in payload else None
+        restore = _Restore(
+            position=position,
+            last_position_kept=kept,
+            recovered_head=kept if recovered is None else recovered,
+            last_checkpoint_position=body.integer_or_none("last_checkpoint_position"),
+            last_checkpoint_hash=body.text_or_none("last_checkpoint_hash"),
+            restored_at=body.text("restored_at"),
+            reason=body.text("reason"),
+        )
+        if not cp.is_timestamp(restore.restored_at):
+            body.fail("payload.restored_at is not a timestamp YYYY-MM-DDTHH:MM:SS.ffffffZ")
+        self._restores.append(restore)
 
     def _prepare(self) -> None:
         header = self._header
@@ -323,6 +400,7 @@ class Verifier:
             for (table_id, round_id, _), stake in opening.open_stakes.items():
                 self._round(table_id, round_id).wallet_open += stake
         self._prepare_checkpoints()
+        self._prepare_restores()
 
     def _walk(self) -> None:
         with open(self.path, "rb") as file:
@@ -415,7 +493,11 @@ class Verifier:
                         "pass --trusted-key to anchor them"
                     )
                 trusted.extend({c.public_key for _, c in kept} - set(trusted))
-            covered = [c for _, c in kept if self._expect_checkpoint(c, "the checkpoint file")]
+            covered = [
+                c
+                for _, c in kept
+                if self._expect_head(c.position, c.head_hash, c.recorded_at, "the checkpoint file")
+            ]
             self.report.checkpoints += len(covered)
             if kept and not covered:
                 first, last = header.first_position, header.last_position
@@ -439,7 +521,10 @@ class Verifier:
                     "--trusted-key or --checkpoint to anchor them"
                 )
             for number, checkpoint in self._export_checkpoints:
-                if self._expect_checkpoint(checkpoint, f"the export's line {number}"):
+                # Recorded in the slice, so over the log as it is: no restore excuses it.
+                if self._expect_head(
+                    checkpoint.position, checkpoint.head_hash, None, f"the export's line {number}"
+                ):
                     self.report.checkpoints += 1
                 else:
                     self.report.add(
@@ -449,28 +534,78 @@ class Verifier:
                         "its slice",
                     )
 
-    def _expect_checkpoint(self, checkpoint: cp.Checkpoint, source: str) -> bool:
-        """Arrange for the checkpoint to be compared with the chain; False if out of reach."""
+    def _expect_head(
+        self, position: int, head_hash: str, recorded_at: str | None, source: str
+    ) -> bool:
+        """Arrange for a signed head to be compared with the chain; False if out of reach."""
         header = self._header
         assert header is not None
         first, last = header.first_position, header.last_position
         if first is None or last is None:
             return False
-        if checkpoint.position == first - 1:
-            if header.prev_hash != checkpoint.head_hash:
+        if position == first - 1:
+            # A restore recorded in the slice kept at least first - 1 positions, so none
+            # explains a mismatch here.
+            if header.prev_hash != head_hash:
                 self.report.add(
                     "checkpoint",
                     source,
-                    f"position {checkpoint.position} was signed with head {checkpoint.head_hash}; "
+                    f"position {position} was signed with head {head_hash}; "
                     f"the export's prev_hash is {header.prev_hash}",
                 )
             return True
-        if first <= checkpoint.position <= last:
-            self._expected_hashes.setdefault(checkpoint.position, []).append(
-                (source, checkpoint.head_hash)
-            )
+        if first <= position <= last:
+            self._expected_hashes.setdefault(position, []).append((source, head_hash, recorded_at))
             return True
         return False
+
+    def _prepare_restores(self) -> None:
+        """Hold each recorded restore to what it claims of the log it resumed."""
+        for restore in self._restores:
+            where = f"the restore recorded at position {restore.position}"
+            # `shoebox restore` records it as the first event after the restored head.
+            if restore.last_position_kept != restore.position - 1:
+                self.report.add(
+                    "checkpoint",
+                    where,
+                    f"it says the log was restored to position {restore.last_position_kept},"
+                    f" but it was recorded at {restore.position}",
+                )
+            if not 0 <= restore.recovered_head <= restore.last_position_kept:
+                self.report.add(
+                    "checkpoint",
+                    where,
+                    f"it says recovery ended at position {restore.recovered_head}, outside 0 to"
+                    f" the last position it kept ({restore.last_position_kept})",
+                )
+            named, named_hash = restore.last_checkpoint_position, restore.last_checkpoint_hash
+            if (named is None) != (named_hash is None):
+                self.report.add(
+                    "checkpoint",
+                    where,
+                    "last_checkpoint_position and last_checkpoint_hash must both be null or"
+                    " neither",
+                )
+            elif named is not None and named_hash is not None:
+                if named > restore.last_position_kept:
+                    self.report.add(
+                        "checkpoint",
+                        where,
+                        f"it names the checkpoint at position {named}, past the last position"
+                        f" it kept ({restore.last_position_kept})",
+                    )
+                elif not self._expect_head(named, named_hash, None, where):
+                    self.report.notes.append(
+                        f"{where} names the checkpoint at position {named}, outside the slice:"
+                        " its hash is not checked"
+                    )
+
+    def _lost_by_restore(self, position: int, recorded_at: str | None) -> str | None:
+        for restore in self._restores:
+            why = restore.lost(position, recorded_at)
+            if why is not None:
+                return why
+        return None
 
     # Events.
 
@@ -536,7 +671,7 @@ class Verifier:
         if stream_id == self._table_stream:
             self._period(position, recorded_at, str(where))
         elif (
-            category == "wallet"
+            category in ("wallet", "seamless")
             and self._header is not None
             and position == self._header.last_position
             and type(payload) is dict
@@ -545,6 +680,11 @@ class Verifier:
             # The slice runs on to the last wallet event of its rounds (the append that settles
             # a coup writes the table's events before the wallets'; a void may come later).
             self._last_is_table = True
+        if category == "seamless" and type(payload) is dict:
+            body = Fields(payload, number, "payload.", position)
+            self._seamless_event(stream_id.partition(":")[2], type_, body)
+            self._money.seamless_event(stream_id, version, type_, body, str(where))
+            return
         if category != "table" and category != "wallet":
             return
         try:
@@ -556,6 +696,8 @@ class Verifier:
             lifted if type(lifted) is dict else dict(lifted), number, "payload.", position
         )
         if category == "table":
+            if type_ in ("BetSettled", "StakeReturned", "SettlementReversed"):
+                self._money.table_event(stream_id, version, type_, body, str(where))
             self._table_event(stream_id.partition(":")[2], type_, body, position)
         else:
             self._wallet_event(stream_id.partition(":")[2], type_, body, position, where)
@@ -597,8 +739,12 @@ class Verifier:
         if digest != hash_:
             _event_shape(document, number)  # a hash that is not even 64 hex characters
             report.add("chain", str(where), f"the event hashes to {digest}, not {hash_}")
-        for source, head_hash in self._expected_hashes.pop(position, ()):
+        for source, head_hash, signed_at in self._expected_hashes.pop(position, ()):
             if head_hash != hash_:
+                lost = self._lost_by_restore(position, signed_at)
+                if lost is not None:
+                    report.notes.append(f"{source}: {lost}")
+                    continue
                 report.add(
                     "checkpoint",
                     str(where),
@@ -910,8 +1056,28 @@ class Verifier:
                 report.add("money", current.where, f"voided without reversing {left}")
         current.finished = type_
 
+    def _unsettled(self, current: _Round) -> dict[tuple[Any, ...], int]:
+        """A round's obligations still open, less a seamless player's wins and returns."""
+        return {
+            key: amount
+            for key, amount in current.owed.items()
+            if not (key[0] in _OWED_TO_SEAMLESS and key[1] in self._seamless)
+        }
+
+    def _seamless_event(self, player_id: str, type_: str, body: Fields) -> None:
+        self._seamless.add(player_id)
+        if type_ != "StakeDebited":
+            return
+        table_id, round_id = body.text("table_id"), body.text("round_id")
+        spot = body.choice("spot", rules.SPOTS)
+        amount = body.integer("amount")
+        current = self._round(table_id, round_id)
+        if current.opened:
+            current.owe(("reserve", player_id, spot), -amount)
+        self._try_close(current)
+
     def _try_close(self, current: _Round) -> None:
-        if current.finished is None or current.owed or current.wallet_open:
+        if current.finished is None or self._unsettled(current) or current.wallet_open:
             return
         key = (current.table_id, current.round_id)
         if key in self._voided and current.finished != "RoundVoided":
@@ -1012,7 +1178,7 @@ class Verifier:
         elif report.events:
             report.add("chain", "the slice", "the header says it is empty")
         for position in sorted(self._expected_hashes):
-            for source, _ in self._expected_hashes[position]:
+            for source, _, _ in self._expected_hashes[position]:
                 report.add("checkpoint", source, f"no event at position {position}")
         self._finish_rounds()
         self._finish_shoes()
@@ -1030,7 +1196,7 @@ class Verifier:
                 if list(coup.steps[: len(current.steps)]) != current.steps:
                     report.add("tableau", current.where, "the unfinished coup breaks the rules")
             unchecked = 0
-            for key, amount in sorted(current.owed.items(), key=repr):
+            for key, amount in sorted(self._unsettled(current).items(), key=repr):
                 what = _obligation(key, amount)
                 if amount < 0:
                     report.add("money", current.where, f"a wallet records {what}; the table not")
@@ -1050,6 +1216,15 @@ class Verifier:
                     current.where,
                     f"{current.wallet_open}p stays reserved in wallets after the round ended",
                 )
+
+        self._money.finish(report.notes)
+        header = self._header
+        if self._seamless and header is not None and header.format == EXPORT_FORMAT:
+            report.add(
+                "format",
+                "header",
+                f"{EXPORT_FORMAT} holds seamless money: its format is shoebox-export/2",
+            )
 
     def _finish_shoes(self) -> None:
         for shoe_id in sorted(self._named_shoes - set(self._shoe_lines)):
