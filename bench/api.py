@@ -14,6 +14,13 @@ Every figure is the median of R repeats, the contenders taking turns within each
 `--profile B` adds where a bet's time goes: B bets through the same app built in this process,
 under cProfile, grouped into the stages of a request.
 
+`--saturate` measures instead 32 clients over 16 tables at saturation: pings, bets, Deals and
+reads, each with the web workers' CPU a request (bench/saturate.py).
+
+`--seamless B` (default 100, 0: none) adds a bet's latency with a seamless operator whose
+wallet (the reference wallet, answering in 5 ms more than its own work, and as is) is called on
+every bet, beside the internal wallet's, through a second `shoebox serve` (bench/api_seamless.py).
+
 `--round-trips R` (default 20) counts the round trips to PostgreSQL that a bet makes: R rounds
 played by one client through a second `shoebox serve` (same workers) whose database is reached
 through a counting proxy (bench/round_trips.py), counting only while a bet is in flight. The
@@ -37,7 +44,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -130,6 +137,12 @@ class Client:
             raise RuntimeError(f"{method} {path} answered {answer.status}: {answer.body}")
         return answer.body
 
+    def timed_ok(self, method: str, path: str, body: object = None) -> float:
+        """`ok`, and the seconds it took."""
+        started = time.perf_counter()
+        self.ok(method, path, body)
+        return time.perf_counter() - started
+
     def close(self) -> None:
         """Close the connection."""
         self._connection.close()
@@ -174,11 +187,39 @@ def issue_keys(database_url: str) -> Keys:
 
 @contextmanager
 def serving(
-    database_url: str, workers: int, threads: int, app_database_url: str | None = None
+    database_url: str,
+    workers: int,
+    threads: int,
+    app_database_url: str | None = None,
+    extra_environment: Mapping[str, str] | None = None,
 ) -> Iterator[int]:
     """`shoebox serve` on a free port of this machine, stopped on the way out; yields the port."""
+    with served(
+        database_url, workers, threads, app_database_url, extra_environment=extra_environment
+    ) as (port, _):
+        yield port
+
+
+@contextmanager
+def served(
+    database_url: str,
+    workers: int,
+    threads: int,
+    app_database_url: str | None = None,
+    code: Path | None = None,
+    extra_environment: Mapping[str, str] | None = None,
+) -> Iterator[tuple[int, int]]:
+    """`serving`, yielding the port and the pid of `shoebox serve` (gunicorn's master).
+
+    With `code`, the server imports Shoebox from that directory (an export of another commit,
+    put first on its PYTHONPATH), so that old and new code can be measured in the same run.
+    """
     port = free_port()
     environment = {**os.environ, "DATABASE_URL": database_url}
+    # Without `code`, this checkout's: a worktree shares its venv's editable install, whose
+    # finder would otherwise import the main checkout's code, not the code under test.
+    code = code if code is not None else _ROOT
+    environment["PYTHONPATH"] = str(code)
     # No REDIS_URL: window jobs left in a shared Redis would fire at a dropped database, and
     # no window closes during a measurement anyway. Windows close lazily, as without a worker.
     for name in ("REDIS_URL", "SHOEBOX_APP_DATABASE_URL"):
@@ -187,6 +228,7 @@ def serving(
         environment["SHOEBOX_APP_DATABASE_URL"] = app_database_url
     # One key drives every client thread: the per-key rate limit would measure itself.
     environment["SHOEBOX_RATE_LIMIT_PER_SECOND"] = "0"
+    environment.update(extra_environment or {})
     command = [str(SHOEBOX), "serve", "--bind", f"127.0.0.1:{port}"]
     command += ["--workers", str(workers)]
     if threads > 1:
@@ -194,7 +236,14 @@ def serving(
     # A file, not a pipe: the server logs a line a request, and a pipe nobody reads while the
     # benchmark runs would fill and stall it.
     log = tempfile.TemporaryFile()  # noqa: SIM115 - closed in the finally below
-    process = subprocess.Popen(command, env=environment, stdout=subprocess.DEVNULL, stderr=log)
+    # From the code's own directory: gunicorn puts its working directory first on the path.
+    process = subprocess.Popen(
+        command,
+        env=environment,
+        stdout=subprocess.DEVNULL,
+        stderr=log,
+        cwd=code,
+    )
     try:
         deadline = time.monotonic() + START_TIMEOUT_SECONDS
         while True:
@@ -209,7 +258,7 @@ def serving(
                 if time.monotonic() > deadline:
                     raise RuntimeError("shoebox serve did not start listening") from None
                 time.sleep(0.1)
-        yield port
+        yield port, process.pid
     finally:
         process.send_signal(signal.SIGTERM)
         try:
@@ -754,8 +803,43 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--round-trips", type=int, default=20, metavar="ROUNDS", help="0: do not count them"
     )
+    parser.add_argument(
+        "--seamless",
+        type=int,
+        default=100,
+        metavar="BETS",
+        help="bets a contender a repeat through a seamless operator and the internal wallet;"
+        " 0: none",
+    )
     parser.add_argument("--markdown", type=Path, help="also write the report here")
+    parser.add_argument(
+        "--saturate",
+        action="store_true",
+        help="32 clients over 16 tables: pings, bets, Deals and reads at saturation, with the"
+        " web workers' CPU a request (bench/saturate.py); --seconds and --repeats apply",
+    )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="with --saturate: also a server importing Shoebox from this directory (e.g. `git"
+        " archive <commit> | tar -x -C DIR`), old and new servers taking turns",
+    )
     args = parser.parse_args(argv)
+    if args.saturate:
+        from bench.saturate import saturate
+
+        command = "python bench/api.py " + " ".join(sys.argv[1:] if argv is None else argv)
+        if args.baseline is None:
+            report = saturate(args.workers, args.seconds, args.repeats).render(command.strip())
+        else:
+            from bench.saturate import against
+
+            report = against(args.baseline, args.workers, args.seconds, args.repeats)
+            report = f"Command: `{command.strip()}`\n\n{report}"
+        print(report)
+        if args.markdown is not None:
+            args.markdown.write_text(report + "\n")
+        return
     idempotency = not args.no_idempotency_keys
 
     load_before = uptime()
@@ -780,6 +864,21 @@ def main(argv: Sequence[str] | None = None) -> None:
             in_process = profile_bets(database_url, keys, profile_table, args.profile)
         floor = append_floor(database_url)
         flush_after = commit_latency(database_url)
+        seamless = ""
+        if args.seamless:
+            from bench.api_seamless import seamless_latency
+
+            def serve_with(environment: Mapping[str, str]) -> Any:
+                return serving(
+                    database_url, args.workers, args.threads, extra_environment=environment
+                )
+
+            def client_of(port: int, secret: str) -> Client:
+                return Client(port, secret, idempotency)
+
+            seamless = seamless_latency(
+                database_url, serve_with, client_of, args.seamless, args.repeats
+            ).render()
         trips = ""
         if args.round_trips:
             counted_trips = count_round_trips(database_url, keys, args.workers, args.round_trips)
@@ -805,6 +904,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             render_table([s.rates for s in scenarios], BET, [PING]),
             "",
             render_floor(scenarios, floor, flush_after, in_process),
+            "",
+            seamless,
             "",
             trips,
             "",

@@ -19,6 +19,11 @@ the head, NOTIFY). Last, a cProfile of the bets by own time. CPU time and counts
 figures on a shared machine; wall times are medians.
 
     python bench/bet_time.py --gevent   # the same, with gevent's monkey-patching, as serve runs
+
+The append's calls and server-side parts run only with --sql: they call append_batch() as it
+was before the parallel log (issue 22) and fail on today's schema. What always runs last is
+a bet's CPU by stage (issue 23): parse and validate, authenticate, decide, encode the events,
+append, build the answer, log, metrics, and the rest, from a cProfile taken with a CPU clock.
 """
 
 from __future__ import annotations
@@ -71,6 +76,64 @@ CREATE OR REPLACE FUNCTION fresh(d text, n integer) RETURNS text LANGUAGE sql AS
                                          '"stream_id":"\1-f' || n || '"', 'g'),
                           '"version":\d+', '"version":1', 'g')
 $$"""
+
+
+# A served bet's stages, each the cumulative CPU of the functions named (file suffix, name)
+# under a CPU-clocked cProfile; `less` names stages counted inside this one, taken out of it.
+STAGES: Final = (
+    ("parse and validate the body", (("webargs/core.py", "parse"),), ()),
+    ("authenticate (key lookup, roles)", (("service/web/auth.py", "authenticate_request"),), ()),
+    (
+        "decide (load the table from cache, the rules, the plan)",
+        (("service/application/game/tables.py", "prepare"),),
+        ("encode the events",),
+    ),
+    ("encode the events", (("events/postgres.py", "append_documents"),), ()),
+    (
+        "append (group commit, the call, the receipt)",
+        (("service/runtime/metrics.py", "append"),),
+        ("encode the events", "metrics: events"),
+    ),
+    (
+        "build the answer (outcome, schema dump, JSON, stored form)",
+        (
+            ("service/web/idempotency.py", "respond"),
+            ("service/web/idempotency.py", "_stored_response"),
+        ),
+        (),
+    ),
+    (
+        "log (the request's one JSON line)",
+        (("service/web/operations.py", "_log_request"),),
+        ("metrics",),
+    ),
+    (
+        "metrics: request histogram",
+        (("prometheus_client/metrics.py", "observe"), ("prometheus_client/metrics.py", "labels")),
+        (),
+    ),
+    ("metrics: events counter", (("service/runtime/metrics.py", "record_appended"),), ()),
+)
+
+
+def stage_costs(stats: pstats.Stats, bets: int) -> list[tuple[str, float]]:
+    """CPU ms a bet of each stage, from a profile of `bets` bets taken with a CPU clock."""
+    table: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
+    raw: dict[str, float] = {}
+    for label, functions, _ in STAGES:
+        total = 0.0
+        for (filename, _, name), (_, _, _, cumulative, callers) in table.items():
+            del callers
+            if any(filename.endswith(suffix) and name == wanted for suffix, wanted in functions):
+                total += cumulative
+        raw[label] = total
+    costs = []
+    for label, _, less in STAGES:
+        own = raw[label] - sum(
+            raw[other] for other in raw if any(other.startswith(prefix) for prefix in less)
+        )
+        costs.append((label, max(own, 0.0) / bets * 1000))
+    return costs
 
 
 class Clocks:
@@ -343,6 +406,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dump", type=Path, help="also write the profile's stats here")
     parser.add_argument("--gevent", action="store_true", help="as the gevent worker runs")
     parser.add_argument(
+        "--sql",
+        action="store_true",
+        help="also the append's calls and server-side parts (written for the append_batch of"
+        " before the parallel log, issue 22: they fail on today's schema)",
+    )
+    parser.add_argument(
         "--served-rounds", type=int, default=100, help="rounds through `shoebox serve`; 0: none"
     )
     args = parser.parse_args(argv)
@@ -461,10 +530,13 @@ def main(argv: list[str] | None = None) -> None:
             with ping_clocks.timing():
                 client.get("/v1/ping", headers=headers)
         committed, rolled = flush_ms(database_url, 300)
-        parts = sql_parts(database_url, documents[0], 300) if documents else []
-        styles = call_styles(database_url, documents[0], args.bets) if documents else []
+        parts: list[tuple[str, float]] = []
+        styles: list[tuple[str, float, float]] = []
+        if args.sql and documents:
+            parts = sql_parts(database_url, documents[0], 300)
+            styles = call_styles(database_url, documents[0], args.bets)
 
-        profiler = cProfile.Profile()
+        profiler = cProfile.Profile(time.process_time)
         profiled = 0
         while profiled < args.bets:
             profiled += one_round(False, profiler)
@@ -506,19 +578,40 @@ def main(argv: list[str] | None = None) -> None:
     print(f"| one-row INSERT, autocommit (its flush) | {committed:.2f} | |")
     print(f"| one-row INSERT, no commit | {rolled:.2f} | |")
     print()
-    print("One append called in different ways from a connection of its own, interleaved:\n")
-    print("| call | wall p50 ms | client CPU ms (mean) |")
-    print("|:--|--:|--:|")
-    for label, wall, cpu in styles:
-        print(f"| {label} | {wall:.2f} | {cpu:.2f} |")
-    print()
-    print("Server-side parts, each 300 times in one DO block, ms each:\n")
-    print("| part | ms |")
-    print("|:--|--:|")
-    for label, ms in parts:
-        print(f"| {label} | {ms:.3f} |")
-    print()
+    if styles or parts:
+        print("One append called in different ways from a connection of its own, interleaved:\n")
+        print("| call | wall p50 ms | client CPU ms (mean) |")
+        print("|:--|--:|--:|")
+        for label, wall, cpu in styles:
+            print(f"| {label} | {wall:.2f} | {cpu:.2f} |")
+        print()
+        print("Server-side parts, each 300 times in one DO block, ms each:\n")
+        print("| part | ms |")
+        print("|:--|--:|")
+        for label, ms in parts:
+            print(f"| {label} | {ms:.3f} |")
+        print()
     stats = pstats.Stats(profiler)
+    profiled_total = sum(row[2] for row in stats.stats.values())  # type: ignore[attr-defined]
+    print(
+        f"A bet's CPU by stage: {profiled} bets under cProfile with a CPU clock (its own"
+        " overhead inflates every stage alike; compare stages, and the unprofiled whole"
+        " request above):\n"
+    )
+    print("| stage | CPU ms a bet (profiled) | share |")
+    print("|:--|--:|--:|")
+    per_bet_total = profiled_total / profiled * 1000
+    counted = 0.0
+    for label, ms in stage_costs(stats, profiled):
+        counted += ms
+        print(f"| {label} | {ms:.3f} | {ms / per_bet_total:.0%} |")
+    rest = per_bet_total - counted
+    print(
+        f"| the rest (Flask, routing, hooks, WSGI, test client) | {rest:.3f}"
+        f" | {rest / per_bet_total:.0%} |"
+    )
+    print(f"| whole bet (profiled) | {per_bet_total:.3f} | 100% |")
+    print()
     if args.dump is not None:
         stats.dump_stats(args.dump)
     stats.sort_stats("tottime").print_stats(args.top)

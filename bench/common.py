@@ -6,6 +6,7 @@ import os
 import secrets
 import statistics
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -195,3 +196,24 @@ def render_table(
         "-" * (w + 1) + ":" if i else ":" + "-" * (w + 1) for i, w in enumerate(widths)
     )
     return "\n".join([line(headers), rule + "|", *(line(row) for row in rows)])
+
+
+@contextmanager
+def reference_wallet(database_url: str, secret: str, admin_token: str) -> Iterator[str]:
+    """The reference operator wallet serving on a free port over `database_url`: its URL."""
+    environment = {
+        **os.environ,
+        "OPERATOR_WALLET_KEYS": f"k1:{secret}",
+        "OPERATOR_WALLET_ADMIN_TOKEN": admin_token,
+    }
+    command = [sys.executable, "-m", "operator_wallet", "serve"]
+    command += ["--database-url", database_url, "--port", "0"]
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=environment
+    ) as wallet:
+        try:
+            assert wallet.stdout is not None
+            yield wallet.stdout.readline().rsplit(" ", 1)[1].strip()
+        finally:
+            wallet.terminate()
+            wallet.communicate(timeout=10)

@@ -49,6 +49,7 @@ __all__ = [
     "actor",
     "container",
     "projections",
+    "read_models",
     "register_blueprints",
 ]
 
@@ -208,9 +209,21 @@ def container() -> Container:
     return wiring
 
 
+def read_models() -> ProjectionService | None:
+    """The read models, None when this app was wired without them (an in-memory store).
+
+    A read with a consistency token first waits, once, for the models to hold its write
+    (service/web/consistency.py): every view reaches the models through here.
+    """
+    before = g.get("before_read_models")
+    if callable(before):
+        before()
+    return container().projections
+
+
 def projections() -> ProjectionService:
     """The read models; a 503 problem when this app was wired without them."""
-    found = container().projections
+    found = read_models()
     if found is None:
         raise Problem(
             503, "service-unavailable", "This server was started without its read models."

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import inspect
 import re
 import uuid
-from typing import Final
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any, Final
 from urllib.parse import quote
 
 from flask import Flask, Response, current_app, g, request
 from webargs.core import is_json
 
-from events.postgres import Pool, PostgresEventStore, app_conninfo, open_pool
+from events.postgres import DeadlinePool, Pool, PostgresEventStore, app_conninfo, open_pool
 from events.store import Clock, EventStore, utc_now
 from service.application.actor import Actor
 from service.application.game.tables import WindowScheduler
@@ -18,9 +21,11 @@ from service.application.keys import ApiKey
 from service.application.read_models.queries import ProjectionService
 from service.application.upcasters import upcasters
 from service.runtime.container import wire
+from service.runtime.read_pools import RoutingPool
 from service.runtime.scheduler import RedisWindowScheduler
+from service.runtime.sequencing import start_sequencer_role
 from service.runtime.settings import Settings, SettingsError
-from service.web import idempotency, operators, rate_limits
+from service.web import consistency, idempotency, operators, rate_limits
 from service.web.api import (
     API_PREFIX,
     EXTENSION,
@@ -67,6 +72,11 @@ ASCII characters, scoped to the API key): a retry gets the first response, marke
 `Idempotent-Replayed: true`, and nothing is applied twice. The same key with a different
 request is a 422 problem; a key whose first request is still running, a 409.
 
+Every POST, PUT, PATCH and DELETE answered 2xx carries a `Shoebox-Consistency` token. A GET
+that sends it back is answered only once its database node holds that write (and, for a read
+model, once the model does), waiting at most 2 s before it reads the primary instead; a token
+this server did not write is a 400 problem. Balances are always exact and need none.
+
 Errors are RFC 9457 `application/problem+json` documents with `type`, `title`, `status`,
 `detail` and `request_id`; validation errors add `errors` (field, message, location), and a
 refused game rule adds `rule`. Send `X-Request-Id` to choose the request id; it is echoed.
@@ -79,6 +89,36 @@ The live feeds are `text/event-stream`. This document is OpenAPI 3.1, which has 
 """
 
 
+_SYNCED_MAX: Final = 1024
+
+
+class _Flask(Flask):
+    """Flask, deciding once per function whether it is a coroutine function.
+
+    Flask asks `inspect.iscoroutinefunction` of every hook and view on every request (a dozen
+    hooks a bet: 3% of a saturated worker's CPU under py-spy, docs/benchmarks.md issue 23);
+    the answer never changes for a function, so it is kept.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._synced: dict[Callable[..., Any], Callable[..., Any]] = {}
+
+    def ensure_sync(self, func: Callable[..., Any]) -> Callable[..., Any]:
+        """Flask's, remembered per function (bound methods are equal when their parts are)."""
+        try:
+            return self._synced[func]
+        except KeyError:
+            synced = super().ensure_sync(func)
+            # A closure (an after_this_request callback) is a new function each request, and
+            # keeping it would keep what it captured: only plain functions and methods are kept.
+            if getattr(func, "__closure__", None) is None and len(self._synced) < _SYNCED_MAX:
+                self._synced[func] = synced
+            return synced
+        except TypeError:  # an unhashable callable: ask Flask every time
+            return super().ensure_sync(func)
+
+
 def create_app(
     settings: Settings | None = None,
     *,
@@ -87,6 +127,7 @@ def create_app(
     scheduler: WindowScheduler | None = None,
     pool_size: int = DEFAULT_POOL_SIZE,
     projections: ProjectionService | None = None,
+    sequencer: bool = False,
 ) -> Flask:
     """Build the API over `store`, or over a pool on the settings' database if none is given.
 
@@ -94,6 +135,10 @@ def create_app(
     name a Redis; with neither, windows are closed lazily by the next request to their table.
     Reads come from the read models: over the app's own pool, or `projections` when a store is
     handed in; with neither (an in-memory store), the read endpoints fold the streams instead.
+
+    With `sequencer` (`shoebox serve`), the process stands for the sequencer's role and its
+    appends are answered without waiting for their positions; otherwise the store over the
+    app's pool places each append itself before answering (docs/scaling.md).
     """
     settings = settings if settings is not None else Settings.from_env()
     clock = clock if clock is not None else utc_now
@@ -101,13 +146,17 @@ def create_app(
         # Connects to nothing yet; a Redis that is down only costs windows their promptness.
         scheduler = RedisWindowScheduler.from_url(settings.redis_url)
     pool: Pool | None = None
+    read_pool: Pool | None = None
     if store is None:
-        pool = _open_pool(settings, pool_size)
-        store = PostgresEventStore(pool, clock, upcasters())
+        read_pool = _open_read_pool(settings, pool_size)
+        pool = _open_pool(settings, pool_size, routing=read_pool is not None)
+        store = PostgresEventStore(
+            pool, clock, upcasters(), sequencing="background" if sequencer else "inline"
+        )
         # Closed with the app by Container.close, not at exit: gunicorn's worker_exit hook
         # calls it (service/cli/serve.py), and a test that builds an app disposes of it.
 
-    app = Flask(__name__, static_folder=None)
+    app = _Flask(__name__, static_folder=None)
     # Before any rule is added, since each rule takes these when it is bound to the map.
     # A path variable that names no converter is an id too, so no route takes an unchecked
     # string by accident.
@@ -129,7 +178,14 @@ def create_app(
     )
     if projections is None and pool is not None:
         projections = ProjectionService(pool, clock)
-    app.extensions[EXTENSION] = wire(settings, store, clock, scheduler, pool, projections)
+    wiring = wire(settings, store, clock, scheduler, pool, projections, read_pool)
+    if sequencer and pool is not None:
+        conninfo = pool.conninfo
+        role = start_sequencer_role(
+            conninfo() if callable(conninfo) else conninfo, settings.redis_url
+        )
+        wiring = replace(wiring, sequencer=role)
+    app.extensions[EXTENSION] = wiring
 
     api = ShoeboxApi(app)
     api.register_converter(IdConverter, id_parameter_schema)
@@ -151,26 +207,82 @@ def create_app(
     # Right after the key is known, so that a flood costs no more than a dict lookup.
     app.before_request(rate_limits.limit_request_rate)
     app.before_request(check_path_ids)
+    app.before_request(consistency.check_token)
     app.before_request(_check_body)
     app.before_request(idempotency.begin_request)
     app.before_request(_identify_caller)
     app.before_request(operators.qualify_path_player)
+    # Last: a read waits for its consistency token only once it is admitted.
+    consistency.install(app)
     # After the view, in the reverse of this order: players named for the caller, the
     # response stored for its idempotency key, then labelled.
     app.after_request(_echo_request_id)
     app.after_request(idempotency.finish_request)
     app.after_request(operators.name_players)
     mount_pages(app, settings, clock)
+    merge_hooks(app)
     return app
 
 
-def _open_pool(settings: Settings, pool_size: int) -> Pool:
+def merge_hooks(app: Flask) -> None:
+    """The app's before-request hooks as one hook, and its after-request hooks as another.
+
+    Flask calls each hook through `ensure_sync` and its bookkeeping, a dozen before the view and
+    four after it on every request; one function calling them in Flask's own order (before:
+    as registered, stopping at the first that answers; after: in reverse) does the same work
+    in two calls (docs/benchmarks.md, "the web tier's CPU a request"). Hooks registered later
+    (a test's) run after these, as they would have. Each merged hook keeps its parts in `hooks`.
+    """
+    before = tuple(app.before_request_funcs.get(None, ()))
+    after = tuple(reversed(app.after_request_funcs.get(None, ())))
+    if any(inspect.iscoroutinefunction(hook) for hook in (*before, *after)):
+        return  # Flask would run a coroutine in its own loop; leave them to it
+
+    def before_request() -> Any:
+        for hook in before:
+            answer = hook()
+            if answer is not None:
+                return answer
+        return None
+
+    def after_request(response: Response) -> Response:
+        for hook in after:
+            response = hook(response)
+        return response
+
+    before_request.hooks = before  # type: ignore[attr-defined]
+    after_request.hooks = after  # type: ignore[attr-defined]
+    app.before_request_funcs[None] = [before_request]
+    app.after_request_funcs[None] = [after_request]
+
+
+def _open_pool(settings: Settings, pool_size: int, *, routing: bool = False) -> Pool:
     if settings.database_url is None:
         raise SettingsError(
             "create_app needs DATABASE_URL; `shoebox serve` sets it, starting the embedded"
             " PostgreSQL when it is unset"
         )
     conninfo = settings.app_database_url or app_conninfo(settings.database_url, environ={})
+    # With a replica, the primary's pool hands a routed GET's checkouts to the replica's.
+    return open_pool(
+        conninfo,
+        max_size=pool_size,
+        timeout=POOL_WAIT_SECONDS,
+        pool_class=RoutingPool if routing else DeadlinePool,
+    )
+
+
+def _open_read_pool(settings: Settings, pool_size: int) -> Pool | None:
+    """The replica's pool (DATABASE_READ_URL), as the application's role; None without one.
+
+    Opened without waiting for a connection: a replica that is down at start only sends the
+    reads to the primary (service/runtime/read_pools.py, ReplicaHealth).
+    """
+    if settings.database_read_url is None:
+        return None
+    conninfo = settings.app_database_read_url or app_conninfo(
+        settings.database_read_url, environ={}
+    )
     return open_pool(conninfo, max_size=pool_size, timeout=POOL_WAIT_SECONDS)
 
 

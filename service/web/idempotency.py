@@ -31,15 +31,21 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import re
 import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, Final, TypeVar
 
 import marshmallow as ma
+import orjson
+import psycopg
 from flask import Response, current_app, g, jsonify, request
+from psycopg_pool import PoolTimeout
 
 from events import deadlines
+from events.deadlines import DeadlinePassed
 from events.store import EventStore, Idempotency, JsonValue
 from events.store import UnknownIdempotencyKey as _UnknownKey
 from service.application.actor import Actor, Outcome
@@ -47,8 +53,10 @@ from service.application.appends import Receipt, note_looked_up
 from service.application.keys import ApiKey
 from service.web.api import actor, container
 from service.web.operators import name_players
-from service.web.problems import Problem, idempotency_key_reused
+from service.web.problems import Problem, database_unavailable, idempotency_key_reused
+from service.web.table_actions import TableAction, action_json
 
+_log = logging.getLogger(__name__)
 V = TypeVar("V", bound=Callable[..., Any])
 A = TypeVar("A")
 
@@ -60,6 +68,8 @@ MAX_KEY_LENGTH: Final = 255
 WAIT_SECONDS: Final = 2.0
 _POLL_SECONDS: Final = 0.02
 _ANSWERED_IN_APPEND: Final = "_shoebox_answered_in_append"
+# Enough digits to spell an integer outside 64 bits (see _parsed).
+_LONG_DIGITS: Final = re.compile(rb"[0-9]{19}")
 
 
 def answered_in_append(view: V) -> V:
@@ -90,11 +100,28 @@ def scoped_key(api_key: ApiKey, value: str) -> str:
     return f"{api_key.key_id}:{value}"
 
 
+def _parsed(body: bytes) -> Any:
+    """json.loads's value for `body`, by orjson where orjson reads it (several times faster).
+
+    Where both read a document they agree (the same dicts, lists, strings, integers and
+    floats, a repeated key's last value winning). orjson refuses what it does not read alike
+    (NaN, infinities, lone surrogates, any encoding but UTF-8), and reads an integer past 64
+    bits as a float where json.loads keeps it exact: a body with a run of 19 digits, and any
+    orjson refuses, is json.loads's to read, so every fingerprint stays what it was.
+    """
+    if _LONG_DIGITS.search(body) is None:
+        try:
+            return orjson.loads(body)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(body)
+
+
 def fingerprint(method: str, path: str, body: bytes) -> str:
     """SHA-256 of the method, the path with its query, and the body with sorted JSON keys."""
     try:
         canonical = json.dumps(
-            json.loads(body), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+            _parsed(body), sort_keys=True, separators=(",", ":"), ensure_ascii=False
         ).encode()
     except (ValueError, UnicodeDecodeError):
         # Not JSON (or empty): the bytes as sent are the request.
@@ -119,7 +146,7 @@ def begin_request() -> Response | None:
         fingerprint(request.method, request.full_path, request.get_data(cache=True)),
     )
     if _view_answers_in_append():
-        # The append looks the key up itself, under the log's lock, and replays it.
+        # The append looks the key up itself, under its streams' row locks, and replays it.
         g.idempotency = idempotency
         return None
     store = container().store
@@ -153,6 +180,17 @@ def finish_request(response: Response) -> Response:
         # The database is away: there is nothing to look up, and the key stays free for the
         # retry (if the append did commit, the retry finds its record and answers from the log).
         return response
+    try:
+        return _finish(response, idempotency)
+    except (psycopg.OperationalError, PoolTimeout, DeadlinePassed) as error:
+        # An after-request hook that raises is a 500. When the lookup finds no connection
+        # in the request's time (an overloaded server, issue 23's load test) or no database,
+        # the answer is what the same error gets anywhere else: a 503 to retry with the
+        # same key, which then finds whatever this request or a twin left.
+        return database_unavailable(error).response()
+
+
+def _finish(response: Response, idempotency: Idempotency) -> Response:
     store = container().store
     if response.status_code >= 400:
         record = store.idempotency_record(idempotency.key)
@@ -177,6 +215,12 @@ def finish_request(response: Response) -> Response:
     except _UnknownKey:
         # The view appended nothing under this key (a read, or a no-op): nothing to replay.
         return response
+    except (psycopg.OperationalError, PoolTimeout, DeadlinePassed) as error:
+        # The command is applied and this is its true answer; only its copy for a retry is
+        # missing, so a retry under the key is told the first is in progress, never applied
+        # twice. A 503 here would say nothing was applied, which is false.
+        _log.warning("answer for an applied command not stored for its key: %s", error)
+        return response
     # A twin with the same key stored its answer first: answer as it did.
     return response if stored == document else _replay(stored)
 
@@ -196,12 +240,24 @@ def answer_command(
     """
     caller = actor()
     if caller.idempotency is None or not _view_answers_in_append():
-        return render(command(caller))
+        answer = render(command(caller))
+        if isinstance(answer, TableAction):
+            return _written(answer, status)
+        return answer
+
+    # The last answer built, and its stored form: the append may decide more than once.
+    built: list[tuple[JsonValue, Response]] = []
 
     def respond(outcome: Outcome) -> JsonValue:
-        response = jsonify(schema.dump(render(outcome)))
-        response.status_code = status
-        return _stored_form(name_players(response))
+        answer = render(outcome)
+        if isinstance(answer, TableAction):
+            response = _written(answer, status)
+        else:
+            response = jsonify(schema.dump(answer))
+            response.status_code = status
+        document = _stored_form(name_players(response))
+        built[:] = [(document, response)]
+        return document
 
     receipt = command(replace(caller, respond=respond))
     if receipt.response is None:
@@ -212,7 +268,17 @@ def answer_command(
     if receipt.replayed:
         g.idempotency_replayed = True
         return _replay(receipt.response)
+    if built and receipt.response is built[0][0]:
+        # The answer this request stored, as built: the same status, type, Location and
+        # body that a response rebuilt from its stored form would carry.
+        return built[0][1]
     return _stored_response(receipt.response)
+
+
+def _written(action: TableAction, status: int) -> Response:
+    # Written once with orjson, as the view's TableActionSchema would dump and jsonify it
+    # (blp.response passes a Response through untouched).
+    return Response(action_json(action), status=status, mimetype="application/json")
 
 
 def _wait_for_response(

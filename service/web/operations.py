@@ -25,6 +25,7 @@ from events.postgres import Pool
 from service.application.keys import ApiKey
 from service.runtime import metrics
 from service.runtime.container import Container
+from service.runtime.logs import skip_unwritten_fields
 from service.runtime.scheduler import redis_for_requests
 from service.web.api import EXTENSION
 from service.web.auth import ENDPOINT_ROLES_EXTENSION, OPEN, OVERSIGHT
@@ -56,6 +57,7 @@ def register_operations(app: Flask) -> None:
     # First of the before-request hooks, so the duration covers the others.
     hooks.insert(0, _start_clock)
     app.after_request(_log_request)
+    skip_unwritten_fields()
 
 
 def _wiring() -> Container:
@@ -149,7 +151,16 @@ def scrape_time_gauges(pool: Pool | None, redis_url: str | None) -> metrics.Scra
             return {h.queue: h.workers for h in health}
 
         depths, workers = depths_now, workers_now
-    return metrics.ScrapeTimeGauges(lag, depths, workers)
+    unsequenced: Callable[[], Mapping[str, float]] | None = None
+    if pool is not None:
+        from events.sequencer import unsequenced_backlog
+
+        def backlog_now() -> Mapping[str, float]:
+            appends, oldest = unsequenced_backlog(pool)
+            return {"appends": appends, "oldest_seconds": oldest}
+
+        unsequenced = backlog_now
+    return metrics.ScrapeTimeGauges(lag, depths, workers, unsequenced)
 
 
 def _metrics() -> Response:
@@ -185,7 +196,7 @@ def _log_request(response: Response) -> Response:
     rule = request.url_rule
     route = rule.rule if rule is not None else "unmatched"
     method = request.method if request.method in _KNOWN_METHODS else "other"
-    metrics.HTTP_REQUEST_DURATION.labels(route, method, str(response.status_code)).observe(duration)
+    metrics.request_duration(route, method, response.status_code).observe(duration)
     key = g.get("api_key")
     log.info(
         "%s %s %d",

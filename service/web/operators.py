@@ -109,8 +109,25 @@ def qualify_path_player() -> None:
     args[PLAYER_FIELD] = request_player_key(player_id)
 
 
+def known_player(key: str) -> str:
+    """`key` if the request operator has this player, else a 404 `player-not-found`.
+
+    Every view that names an existing player passes its key through here (the body's, by
+    PlayerField); only the two that create a player (a deposit, a session) do not.
+    """
+    return container().known_players.require(key)
+
+
 class PlayerField(ma.fields.String):
-    """A player id in a request body, loaded as the request operator's player key."""
+    """A player id in a request body, loaded as the request operator's player key.
+
+    The player must exist (404 `player-not-found`), unless the field is the one that brings a
+    player into being (`new`).
+    """
+
+    def __init__(self, *, new: bool = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.new = new
 
     def _deserialize(
         self, value: Any, attr: str | None, data: Mapping[str, Any] | None, **kwargs: Any
@@ -118,12 +135,14 @@ class PlayerField(ma.fields.String):
         player_id = super()._deserialize(value, attr, data, **kwargs)
         if not is_id(player_id):
             raise ma.ValidationError(f"Must match {ID_PATTERN}.")
-        return request_player_key(player_id)
+        key = request_player_key(player_id)
+        return key if self.new else known_player(key)
 
 
-def player_field(description: str) -> PlayerField:
-    """A required player id in a request body."""
+def player_field(description: str, *, new: bool = False) -> PlayerField:
+    """A required player id in a request body; `new`: it may name a player not yet seen."""
     return PlayerField(
+        new=new,
         required=True,
         metadata={"description": description, "pattern": ID_PATTERN, "example": "alice"},
     )

@@ -38,8 +38,21 @@ from werkzeug.exceptions import HTTPException
 
 from domain.errors import DomainError
 from events.deadlines import DeadlinePassed
-from events.store import AppendTimedOut, ConcurrencyConflict, IdempotencyKeyReused, JsonValue
-from service.application.errors import Conflict, NotFound, ServiceError
+from events.store import (
+    AppendTimedOut,
+    ConcurrencyConflict,
+    IdempotencyKeyReused,
+    JsonValue,
+    LogBusy,
+)
+from service.application.errors import Conflict, NotFound, PlayerNotFound, ServiceError
+from service.application.operators import player_ref
+from service.application.seamless_bets import (
+    SessionRequired,
+    WalletNotSeamless,
+    WalletRefused,
+    WalletUnavailable,
+)
 
 _logger = logging.getLogger(__name__)
 
@@ -72,6 +85,11 @@ PROBLEM_TITLES: Final[Mapping[str, str]] = {
     "log-busy": "The log is too busy to record this now; retry shortly",
     "tree-behind": "The log's Merkle tree does not reach that size yet",
     "proof-unavailable": "No signed tree checkpoint can prove this at that size",
+    "wallet-refused": "The operator's wallet refused the call",
+    "wallet-unavailable": "The operator's wallet did not confirm the call",
+    "wallet-not-seamless": "The operator keeps its players' money in Shoebox's own wallet",
+    "session-required": "The player has no session with the operator's wallet",
+    "player-not-found": "The operator has no such player",
 }
 
 _SLUG_BY_STATUS: Final[Mapping[int, str]] = {
@@ -331,6 +349,46 @@ def register_problem_handlers(app: Flask) -> None:
             404, "not-found", f"{error.message[:1].upper()}{error.message[1:]}."
         ).response()
 
+    @app.errorhandler(PlayerNotFound)
+    def _player_not_found(error: PlayerNotFound) -> Response:
+        # The same answer for a player nobody has and another operator's player: the key is
+        # the request operator's, so neither says whether the id exists elsewhere.
+        return Problem(
+            404,
+            "player-not-found",
+            f"No player {player_ref(error.player_id).player_id!r}: an internal wallet's player"
+            " exists once ops deposit to it, a seamless wallet's once its session is opened."
+            " Nothing changed.",
+        ).response()
+
+    @app.errorhandler(WalletRefused)
+    def _wallet_refused(error: WalletRefused) -> Response:
+        return Problem(
+            409,
+            "wallet-refused",
+            f"The operator's wallet said no ({error.reason}); nothing was placed.",
+            extensions={"reason": error.reason},
+        ).response()
+
+    @app.errorhandler(WalletUnavailable)
+    def _wallet_unavailable(error: WalletUnavailable) -> Response:
+        return Problem(
+            503,
+            "wallet-unavailable",
+            f"{error.message[:1].upper()}{error.message[1:]}. Nothing was placed; any stake"
+            " the wallet may have taken is rolled back.",
+            extensions={"reason": error.reason},
+            headers={"Retry-After": str(WALLET_RETRY_AFTER_SECONDS)},
+        ).response()
+
+    @app.errorhandler(WalletNotSeamless)
+    def _not_seamless(error: WalletNotSeamless) -> Response:
+        return Problem(409, "wallet-not-seamless", f"{error.message}.").response()
+
+    @app.errorhandler(SessionRequired)
+    def _session_required(error: SessionRequired) -> Response:
+        return Problem(409, "session-required", f"{error.message}.").response()
+
     @app.errorhandler(ServiceError)
     def _service(error: ServiceError) -> Response:
         # Every ServiceError the service raises has its own handler; a new one is a bug
@@ -347,7 +405,12 @@ def register_problem_handlers(app: Flask) -> None:
         ).response()
 
     @app.errorhandler(AppendTimedOut)
-    def _busy(error: AppendTimedOut) -> Response:
+    @app.errorhandler(LogBusy)
+    def _busy(error: AppendTimedOut | LogBusy) -> Response:
+        # Why, in the log and in shoebox_log_busy_total.
+        from service.runtime import metrics  # as operations.py: only once the app runs
+
+        metrics.LOG_BUSY.labels(log_busy_reason(error)).inc()
         _logger.warning("request %s: %s", g.get("request_id", "-"), error)
         return log_busy().response()
 
@@ -368,7 +431,18 @@ def register_problem_handlers(app: Flask) -> None:
 
 
 RETRY_AFTER_SECONDS: Final = 1
+WALLET_RETRY_AFTER_SECONDS: Final = 2
+"""What a 503 wallet-unavailable tells a client to wait before betting again."""
 """What a 503 log-busy tells a client to wait: an append's lock wait is bounded at seconds."""
+
+
+def log_busy_reason(error: AppendTimedOut | LogBusy) -> str:
+    """Why a write was refused as log-busy, as shoebox_log_busy_total's `reason` says it."""
+    if isinstance(error, LogBusy):
+        return "sequencer-behind"  # behind (or absent) by more than its bound
+    if error.by_deadline:
+        return "request-deadline"  # the request's time ran out first (issue 21)
+    return "stream-lock"  # a stream's row lock, or the statement's own bound
 
 
 def log_busy() -> Problem:

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any, Final
 
 import marshmallow as ma
+import orjson
 
 from domain.outcome import Spot
 from domain.round import (
@@ -27,6 +28,7 @@ from domain.round import (
     RoundOpened,
     StakeReturned,
 )
+from domain.seamless import StakeDebited
 from domain.table import (
     TABLE_EVENT_TYPES,
     PlayerChangedSeat,
@@ -40,7 +42,8 @@ from domain.table import (
 )
 from service.application.actor import Outcome
 from service.application.appends import Receipt
-from service.application.streams import table_stream
+from service.application.seamless_bets import SeamlessService
+from service.application.streams import seamless_stream, table_stream
 from service.application.wallets import Balance, WalletService
 
 
@@ -206,6 +209,49 @@ class TableAction:
     window_closes_at: datetime | None
     table_version: int
     balance_after: dict[str, int] | None
+
+
+_CARD_FIELDS: Final = ("hand", "position", "card", "reason")
+
+
+def action_document(action: TableAction) -> dict[str, Any]:
+    """The answer as TableActionSchema dumps it, built without walking the schema.
+
+    A bet's answer was a third of its CPU in marshmallow's dump (docs/benchmarks.md, issue 23);
+    TableAction's dicts already hold exactly the schema's fields but for a card's shoe_id, so
+    only that and the datetimes need writing. The schema stays the spec's and the tests'
+    definition: tests/unit/test_table_actions.py holds the two equal.
+    """
+    coup = action.coup
+    if coup is not None:
+        coup = {**coup, "cards": [{k: card[k] for k in _CARD_FIELDS} for card in coup["cards"]]}
+    next_round = action.next_round
+    if next_round is not None:
+        next_round = {**next_round, "window_closes_at": next_round["window_closes_at"].isoformat()}
+    closes = action.window_closes_at
+    return {
+        "table_id": action.table_id,
+        "player_id": action.player_id,
+        "round_id": action.round_id,
+        "seat": action.seat,
+        "actions": action.actions,
+        "bets": action.bets,
+        "returned": action.returned,
+        "excluded": action.excluded,
+        "coup": coup,
+        "settlements": action.settlements,
+        "shoe_revealed": action.shoe_revealed,
+        "shoe_opened": action.shoe_opened,
+        "next_round": next_round,
+        "window_closes_at": None if closes is None else closes.isoformat(),
+        "table_version": action.table_version,
+        "balance_after": action.balance_after,
+    }
+
+
+def action_json(action: TableAction) -> bytes:
+    """The answer's body as Flask's jsonify writes it: sorted keys, compact, a newline."""
+    return orjson.dumps(action_document(action), option=orjson.OPT_SORT_KEYS) + b"\n"
 
 
 def table_action(
@@ -378,6 +424,51 @@ def answered_with_balance(
 
     def render(receipt: Receipt | Outcome) -> TableAction:
         balance = wallets.balances_after(receipt).get(player_id)
+        return table_action(table_id, player_id, receipt, balance)
+
+    return render
+
+
+def answered_with_debit(
+    table_id: str, player_id: str
+) -> Callable[[Receipt | Outcome], TableAction]:
+    """How a seamless player's bet is answered: the action, and the balance the operator's
+    wallet stated when it debited the stake (docs/wallets.md); Shoebox holds none of theirs.
+    `version` is then the player's seamless stream's."""
+
+    def render(receipt: Receipt | Outcome) -> TableAction:
+        debits = [e for e in receipt.events if isinstance(e, StakeDebited)]
+        balance = None
+        if debits:
+            version = receipt.versions.get(seamless_stream(player_id), 0)
+            balance = Balance(player_id, debits[-1].balance, 0, version)
+        return table_action(table_id, player_id, receipt, balance)
+
+    return render
+
+
+def answered_with_wallet(
+    table_id: str, player_id: str, wallets: WalletService, seamless: SeamlessService | None
+) -> Callable[[Receipt | Outcome], TableAction]:
+    """How a view answers a table command that may move a player's money (Deal, Pass, a
+    removal): their Shoebox wallet just after it, or for a seamless player, as their bet's
+    answer does, the balance the operator's wallet last stated (None when the command moved
+    none of their money, or before any answer).
+
+    That balance is the wallet's own word, read after the command: a win or a rollback the
+    command owes is sent by the worker within seconds and is not in it yet.
+    """
+    if seamless is None or not seamless.is_seamless(player_id):
+        return answered_with_balance(table_id, player_id, wallets)
+
+    def render(receipt: Receipt | Outcome) -> TableAction:
+        # As for a Shoebox wallet, null when the command moved none of the player's money.
+        moved = any(
+            isinstance(e, (BetPlaced, StakeReturned, BetSettled)) and e.player_id == player_id
+            for e in receipt.events
+        )
+        last = seamless.last_answer(player_id) if moved else None
+        balance = None if last is None else Balance(player_id, last.balance, 0, last.version)
         return table_action(table_id, player_id, receipt, balance)
 
     return render

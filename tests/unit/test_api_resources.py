@@ -80,6 +80,7 @@ def test_changing_seat_between_hands_is_one_action_answered_with_the_new_seat() 
     api.create_table("T1")
     api.fund("alice")
     api.sit("T1", "alice", 1)
+    api.fund("bob")
     api.sit("T1", "bob", 2)
     head = api.store.head()
     moved = api.ok("PUT", "/v1/tables/T1/seats/alice", {"seat": 5})
@@ -223,6 +224,7 @@ def test_a_bet_over_the_players_own_limit_is_refused_and_the_limit_changes_once_
 def test_chat_is_stored_and_answered_exactly_as_sent() -> None:
     api = Api()
     api.create_table("T1")
+    api.fund("alice")
     api.sit("T1", "alice", 1)
     text = "<script>alert('hi')</script> & 🎲\nsecond line"
     posted = api.ok("POST", "/v1/tables/T1/chat", {"player_id": "alice", "text": text}, status=201)
@@ -236,6 +238,7 @@ def test_chat_is_stored_and_answered_exactly_as_sent() -> None:
 def test_a_muted_player_is_refused_until_unmuted_and_a_removed_one_cannot_sit_again() -> None:
     api = Api()
     api.create_table("T1")
+    api.fund("alice")
     api.sit("T1", "alice", 1)
     say = {"player_id": "alice", "text": "hello"}
     muted = api.ok(

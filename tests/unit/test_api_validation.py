@@ -439,10 +439,15 @@ IDS = [case[0] for case in CASES]
 
 @pytest.fixture
 def api() -> Api:
-    """Table T1 (five seats, £1 to £2,500), with Alice seated at seat 1 holding £100."""
+    """Table T1 (five seats, £1 to £2,500), with Alice seated at seat 1 holding £100.
+
+    Bob and Mallory have wallets (so they exist) but no seat.
+    """
     api = Api()
     api.create_table("T1", seats=5)
     api.fund("alice")
+    api.fund("bob")
+    api.fund("mallory")
     api.sit("T1", "alice", 1)
     return api
 
@@ -541,3 +546,71 @@ def test_no_malformed_path_is_answered_with_a_redirect_or_html(api: Api) -> None
         response = api.call("GET", path, role=Role.REGULATOR)
         assert response.status_code == 404, path
         assert response.mimetype == "application/problem+json", path
+
+
+# Every endpoint that names a player, with a player nobody has ever deposited to or opened a
+# session for (issue 24): the deposit alone may name a new player (it creates it).
+NOBODY_CASES = [
+    (Role.FRONTEND, "POST", BET, bet(player_id="nobody")),
+    (Role.FRONTEND, "DELETE", "/v1/tables/T1/bets/nobody", None),
+    (Role.FRONTEND, "POST", "/v1/tables/T1/rebet", {"player_id": "nobody"}),
+    (Role.FRONTEND, "POST", "/v1/tables/T1/deal", {"player_id": "nobody"}),
+    (Role.FRONTEND, "POST", "/v1/tables/T1/pass", {"player_id": "nobody"}),
+    (Role.FRONTEND, "POST", "/v1/tables/T1/seats", {"player_id": "nobody", "seat": 2}),
+    (Role.FRONTEND, "PUT", "/v1/tables/T1/seats/nobody", {"seat": 2}),
+    (Role.FRONTEND, "DELETE", "/v1/tables/T1/seats/nobody", None),
+    (Role.FRONTEND, "POST", "/v1/tables/T1/chat", {"player_id": "nobody", "text": "hi"}),
+    (Role.OPS, "POST", "/v1/tables/T1/mutes", {"player_id": "nobody", "reason": "spam"}),
+    (Role.OPS, "DELETE", "/v1/tables/T1/mutes/nobody", None),
+    (Role.OPS, "POST", "/v1/tables/T1/removals", {"player_id": "nobody", "reason": "abuse"}),
+    (Role.FRONTEND, "GET", "/v1/players/nobody/limit", None),
+    (Role.FRONTEND, "PUT", "/v1/players/nobody/limit", {"limit_pence": 500}),
+    (Role.REGULATOR, "GET", "/v1/players/nobody/rounds", None),
+    (Role.REGULATOR, "GET", "/v1/players/nobody/history", None),
+    (Role.REGULATOR, "GET", "/v1/wallets/nobody", None),
+    (Role.REGULATOR, "GET", "/v1/wallets/nobody/statement", None),
+    (Role.OPS, "POST", "/v1/wallets/nobody/withdrawals", {"amount_pence": 100, "reason": "x"}),
+    (Role.OPS, "POST", "/v1/wallets/nobody/corrections", {"amount_pence": 100, "reason": "x"}),
+]
+
+
+@pytest.mark.parametrize(
+    ("role", "method", "path", "body"),
+    NOBODY_CASES,
+    ids=[f"{method} {path}" for _, method, path, _ in NOBODY_CASES],
+)
+def test_a_player_never_seen_is_a_404_player_not_found_and_changes_nothing(
+    api: Api, role: Role, method: str, path: str, body: object
+) -> None:
+    head = api.store.head()
+    got, document = send(api, role, method, path, body)
+    assert (got, document["type"]) == (
+        404,
+        "https://shoebox.example/problems/player-not-found",
+    ), document
+    assert api.responses[-1].mimetype == "application/problem+json"
+    assert api.store.head() == head
+
+
+def test_a_deposit_brings_a_player_into_being(api: Api) -> None:
+    assert send(api, Role.REGULATOR, "GET", "/v1/wallets/newcomer", None)[0] == 404
+    deposit = {"amount_pence": 1_000, "reason": "first deposit"}
+    assert send(api, Role.OPS, "POST", "/v1/wallets/newcomer/deposits", deposit)[0] == 201
+    got, balance = send(api, Role.REGULATOR, "GET", "/v1/wallets/newcomer", None)
+    assert (got, balance["available_pence"]) == (200, 1_000)
+    limit = {"limit_pence": 500}
+    assert send(api, Role.FRONTEND, "PUT", "/v1/players/newcomer/limit", limit)[0] == 200
+
+
+def test_every_path_naming_a_player_is_checked_above(api: Api) -> None:
+    """A new endpoint with a `{player_id}` must join NOBODY_CASES (or create players)."""
+    checked = {
+        (method, path.replace("nobody", "<id:player_id>")) for _, method, path, _ in NOBODY_CASES
+    }
+    creators = {("POST", "/v1/wallets/<id:player_id>/deposits")}
+    for rule in api.app.url_map.iter_rules():
+        if "player_id>" not in rule.rule:
+            continue
+        path = rule.rule.replace("<id:table_id>", "T1")
+        for method in sorted((rule.methods or set()) - {"HEAD", "OPTIONS"}):
+            assert (method, path) in checked | creators, (method, rule.rule)

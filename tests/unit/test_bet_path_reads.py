@@ -16,6 +16,7 @@ from events.store import (
     EventMetadata,
     Idempotency,
     IdempotencyRecord,
+    OutboxRow,
     RecordedEvent,
     StreamAppend,
 )
@@ -54,9 +55,10 @@ class CountingStore(InMemoryEventStore):
         streams: Sequence[StreamAppend],
         metadata: EventMetadata,
         idempotency: Idempotency | None = None,
+        outbox: Sequence[OutboxRow] = (),
     ) -> AppendResult:
         self.appends += 1
-        return super().append(streams, metadata, idempotency)
+        return super().append(streams, metadata, idempotency, outbox)
 
     def read_stream(
         self, stream_id: str, from_version: int = 1, *, upcast: bool = True

@@ -19,7 +19,13 @@ import domain.wallet
 from domain.errors import BetBelowMinimum, DomainError
 from domain.round_errors import BettingWindowClosed, SeatTaken, TableNotFound
 from events.memory import InMemoryEventStore
-from events.store import ConcurrencyConflict, EventMetadata, IdempotencyKeyReused
+from events.store import (
+    AppendTimedOut,
+    ConcurrencyConflict,
+    EventMetadata,
+    IdempotencyKeyReused,
+    LogBusy,
+)
 from service.application import errors as service_errors
 from service.application.keys import Role, create_key
 from service.web.api import Blueprint, abort
@@ -31,6 +37,7 @@ from service.web.problems import (
     PROBLEM_TYPE_BASE,
     domain_problem,
     domain_status,
+    log_busy_reason,
 )
 from tests.api_harness import Api
 
@@ -199,6 +206,8 @@ def test_a_refusal_names_its_rule_once_whether_or_not_its_message_did(message: s
 def test_a_refusal_from_the_game_names_its_rule_once() -> None:
     api = Api()
     api.create_table("T1")
+    api.fund("alice")
+    api.fund("bob")
     api.sit("T1", "alice", 1)
 
     _, document = api.refused("POST", "/v1/tables/T1/seats", {"player_id": "bob", "seat": 1})
@@ -294,3 +303,17 @@ def test_every_game_rule_family_in_the_domain_has_an_explicit_status() -> None:
 )
 def test_amounts_and_limits_are_422_and_phases_and_seats_are_409(rule: str, status: int) -> None:
     assert domain_status(rule) == status
+
+
+@pytest.mark.parametrize(
+    ("error", "reason"),
+    [
+        (LogBusy(2.5), "sequencer-behind"),
+        (AppendTimedOut("its streams' locks"), "stream-lock"),
+        (AppendTimedOut("the log within the request's time", by_deadline=True), "request-deadline"),
+    ],
+)
+def test_a_log_busy_refusal_is_counted_under_why_it_happened(
+    error: AppendTimedOut | LogBusy, reason: str
+) -> None:
+    assert log_busy_reason(error) == reason

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
+from functools import partial
 from typing import Any, Final
 
 from flask import Flask, Response, g, request
 from werkzeug.exceptions import HTTPException
 
+from events.sequencer import unsequenced_backlog
 from events.store import Clock
 from service.runtime.demo import demo_keys_by_role
 from service.runtime.settings import Settings
@@ -73,6 +75,7 @@ def mount_pages(app: Flask, settings: Settings, clock: Clock) -> None:
         demo_keys=demo_keys_by_role(settings.data_dir) if settings.demo else {},
         redis_url=settings.redis_url,
         clock=clock,
+        unsequenced=None if wiring.pool is None else partial(unsequenced_backlog, wiring.pool),
     )
     site.config["MAX_CONTENT_LENGTH"] = app.config["MAX_CONTENT_LENGTH"]
     site.register_blueprint(dashboard.blp)

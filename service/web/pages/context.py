@@ -3,7 +3,7 @@ and the app that mounts them do not import each other."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -30,6 +30,8 @@ class PagesContext:
     demo_keys: Mapping[str, DemoKey]
     redis_url: str | None
     clock: Clock
+    # The sequencer's backlog (events, oldest's seconds); None without PostgreSQL.
+    unsequenced: Callable[[], tuple[int, float]] | None = None
 
 
 def pages() -> PagesContext:

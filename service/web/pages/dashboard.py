@@ -17,6 +17,7 @@ from flask import Blueprint, Response, g, make_response, redirect, render_templa
 from werkzeug.wrappers import Response as BaseResponse
 
 from domain.ids import is_id
+from events.postgres import BACKLOG_BOUND
 from service.application.keys import Role
 from service.runtime.web_sessions import OPS, WebSession
 from service.web.pages.context import pages
@@ -173,6 +174,19 @@ def _queues(now: datetime) -> list[dict[str, Any]] | None:
     ]
 
 
+def _sequencer() -> dict[str, Any] | None:
+    """The sequencer's backlog, and whether appends are refused for it (past 2 s)."""
+    backlog = pages().unsequenced
+    if backlog is None:
+        return None
+    appends, oldest = backlog()
+    return {
+        "unsequenced_appends": appends,
+        "oldest_seconds": round(oldest, 3),
+        "busy": oldest > BACKLOG_BOUND.total_seconds(),
+    }
+
+
 @blp.get("/api/overview")
 @dashboard_api
 def overview() -> Response:
@@ -198,6 +212,7 @@ def overview() -> Response:
             "tables": tables,
             "projections": projections.json() if projections.ok else None,
             "queues": queues,
+            "sequencer": _sequencer(),
             "significant_events": list(reversed(events)),
         }
     )

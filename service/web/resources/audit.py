@@ -24,7 +24,7 @@ from events.store import EventStore, RecordedEvent
 from service.application.keys import Role
 from service.application.read_models.queries import ProjectionService
 from service.application.read_models.significant import KINDS, kind_of
-from service.web.api import Blueprint, container
+from service.web.api import Blueprint, container, read_models
 from service.web.auth import roles
 from service.web.fields import DEFAULT_PAGE, MAX_PAGE, id_field, instant_field
 
@@ -190,6 +190,6 @@ class SignificantEvents(MethodView):
         )
         wiring = container()
         entries, cursor = significant_events(
-            wiring.store, filters, query["after"], query["limit"], wiring.projections
+            wiring.store, filters, query["after"], query["limit"], read_models()
         )
         return {"events": entries, "next_after": cursor}

@@ -23,8 +23,13 @@ from service.web.fields import (
     pence_field,
 )
 from service.web.idempotency import answer_command, answered_in_append
-from service.web.operators import player_field
-from service.web.table_actions import TableAction, TableActionSchema, answered_with_balance
+from service.web.operators import known_player, player_field
+from service.web.table_actions import (
+    TableAction,
+    TableActionSchema,
+    answered_with_debit,
+    answered_with_wallet,
+)
 
 # The answer's schema, also used to build an answer before the append stores it.
 _ACTION = TableActionSchema()
@@ -56,17 +61,29 @@ class Bets(MethodView):
     @roles(Role.FRONTEND)
     # Instances, not classes: given a class, webargs builds a schema on every request.
     @blp.arguments(NewBetSchema())
+    @blp.alt_response(404, response="NOT_FOUND")
     @blp.response(201, TableActionSchema)
     def post(self, bet: dict[str, Any], table_id: str) -> TableAction | Response:
         """Place a bet; at an idle table the first bet opens the round and its window."""
         player_id = bet["player_id"]
+        seamless = container().seamless
+        if seamless is not None and seamless.is_seamless(player_id):
+            # The stake is debited from the operator's wallet before the bet is placed.
+            return answer_command(
+                201,
+                _ACTION,
+                lambda caller: seamless.place_bet(
+                    table_id, player_id, bet["spot"], bet["stake_pence"], caller
+                ),
+                answered_with_debit(table_id, player_id),
+            )
         return answer_command(
             201,
             _ACTION,
             lambda caller: container().games.place_bet(
                 table_id, player_id, bet["spot"], bet["stake_pence"], caller
             ),
-            answered_with_balance(table_id, player_id, container().wallets),
+            answered_with_wallet(table_id, player_id, container().wallets, container().seamless),
         )
 
 
@@ -78,14 +95,16 @@ class PlayerBets(MethodView):
 
     @answered_in_append
     @roles(Role.FRONTEND)
+    @blp.alt_response(404, response="NOT_FOUND")
     @blp.response(200, TableActionSchema)
     def delete(self, table_id: str, player_id: str) -> TableAction | Response:
         """Take all of one's bets back before pressing Deal or Pass."""
+        known_player(player_id)
         return answer_command(
             200,
             _ACTION,
             lambda caller: container().games.remove_bets(table_id, player_id, caller),
-            answered_with_balance(table_id, player_id, container().wallets),
+            answered_with_wallet(table_id, player_id, container().wallets, container().seamless),
         )
 
 
@@ -96,15 +115,29 @@ class Rebet(MethodView):
     @answered_in_append
     @roles(Role.FRONTEND)
     @blp.arguments(PlayerSchema())
+    @blp.alt_response(404, response="NOT_FOUND")
     @blp.response(201, TableActionSchema)
     def post(self, acting: dict[str, Any], table_id: str) -> TableAction | Response:
-        """Repeat one's bets of the last round played at this seat."""
+        """Repeat one's bets of the last round played at this seat.
+
+        For a seamless player each stake is debited from the operator's wallet, one `bet` call
+        per bet; if the wallet does not confirm one, the debits already taken are rolled back
+        and the rebet is refused with that answer's problem (nothing is placed).
+        """
         player_id = acting["player_id"]
+        seamless = container().seamless
+        if seamless is not None and seamless.is_seamless(player_id):
+            return answer_command(
+                201,
+                _ACTION,
+                lambda caller: seamless.rebet(table_id, player_id, caller),
+                answered_with_debit(table_id, player_id),
+            )
         return answer_command(
             201,
             _ACTION,
             lambda caller: container().games.rebet(table_id, player_id, caller),
-            answered_with_balance(table_id, player_id, container().wallets),
+            answered_with_wallet(table_id, player_id, container().wallets, container().seamless),
         )
 
 
@@ -115,6 +148,7 @@ class Deal(MethodView):
     @answered_in_append
     @roles(Role.FRONTEND)
     @blp.arguments(PlayerSchema())
+    @blp.alt_response(404, response="NOT_FOUND")
     @blp.response(200, TableActionSchema)
     def post(self, acting: dict[str, Any], table_id: str) -> TableAction | Response:
         """Confirm one's bets; the last participant to act brings the deal and settlement."""
@@ -123,7 +157,7 @@ class Deal(MethodView):
             200,
             _ACTION,
             lambda caller: container().games.press_deal(table_id, player_id, caller),
-            answered_with_balance(table_id, player_id, container().wallets),
+            answered_with_wallet(table_id, player_id, container().wallets, container().seamless),
         )
 
 
@@ -134,6 +168,7 @@ class Pass(MethodView):
     @answered_in_append
     @roles(Role.FRONTEND)
     @blp.arguments(PlayerSchema())
+    @blp.alt_response(404, response="NOT_FOUND")
     @blp.response(200, TableActionSchema)
     def post(self, acting: dict[str, Any], table_id: str) -> TableAction | Response:
         """Sit this coup out; one's bets come back, and the last to act brings the deal."""
@@ -142,5 +177,5 @@ class Pass(MethodView):
             200,
             _ACTION,
             lambda caller: container().games.pass_turn(table_id, player_id, caller),
-            answered_with_balance(table_id, player_id, container().wallets),
+            answered_with_wallet(table_id, player_id, container().wallets, container().seamless),
         )

@@ -15,7 +15,7 @@ from domain.chat import MAX_MESSAGE_LENGTH, MessagePosted
 from service.application.chat import ChatMessage
 from service.application.keys import Role
 from service.application.streams import chat_stream
-from service.web.api import Blueprint, actor, container
+from service.web.api import Blueprint, actor, container, read_models
 from service.web.auth import READERS, roles
 from service.web.fields import (
     DEFAULT_PAGE,
@@ -25,8 +25,8 @@ from service.web.fields import (
     free_text_field,
     reason_field,
 )
-from service.web.operators import player_field
-from service.web.table_actions import TableAction, TableActionSchema, answered_with_balance
+from service.web.operators import known_player, player_field
+from service.web.table_actions import TableAction, TableActionSchema, answered_with_wallet
 
 blp = Blueprint(
     "chat", __name__, url_prefix="/tables", description="Chat at a table, and its moderation."
@@ -101,11 +101,12 @@ class Chat(MethodView):
         wiring = container()
         # The chat read model, paged by version through proj_chat's primary key (table_id,
         # version); the chat stream's last versions only in the in-memory wiring.
-        if wiring.projections is None:
+        models = read_models()
+        if models is None:
             messages = wiring.chat.recent(table_id, limit, page.get("before"))
         else:
             wiring.games.table(table_id)  # an unknown table is a 404; a read never writes
-            messages = wiring.projections.chat(table_id, limit, page.get("before"))
+            messages = models.chat(table_id, limit, page.get("before"))
         first = messages[0].version if messages else None
         return {
             "table_id": table_id,
@@ -115,6 +116,7 @@ class Chat(MethodView):
 
     @roles(Role.FRONTEND)
     @blp.arguments(NewMessageSchema)
+    @blp.alt_response(404, response="NOT_FOUND")
     @blp.response(201, MessageSchema)
     def post(self, new: dict[str, Any], table_id: str) -> dict[str, Any]:
         """Post a message; refused for players not seated, muted or removed."""
@@ -138,12 +140,15 @@ class Mutes(MethodView):
 
     @roles(Role.OPS)
     @blp.arguments(ModerationSchema)
+    @blp.alt_response(404, response="NOT_FOUND")
     @blp.response(201, TableActionSchema)
     def post(self, mute: dict[str, Any], table_id: str) -> TableAction:
         """Mute a player in a table's chat, saying why."""
         player_id = mute["player_id"]
         receipt = container().chat.mute(table_id, player_id, actor(), mute["reason"])
-        return answered_with_balance(table_id, player_id, container().wallets)(receipt)
+        return answered_with_wallet(table_id, player_id, container().wallets, container().seamless)(
+            receipt
+        )
 
 
 @blp.route(
@@ -153,11 +158,15 @@ class Mute(MethodView):
     """A player's mute at a table."""
 
     @roles(Role.OPS)
+    @blp.alt_response(404, response="NOT_FOUND")
     @blp.response(200, TableActionSchema)
     def delete(self, table_id: str, player_id: str) -> TableAction:
         """Lift a player's mute at a table."""
+        known_player(player_id)
         receipt = container().chat.unmute(table_id, player_id, actor())
-        return answered_with_balance(table_id, player_id, container().wallets)(receipt)
+        return answered_with_wallet(table_id, player_id, container().wallets, container().seamless)(
+            receipt
+        )
 
 
 @blp.route("/<id:table_id>/removals", parameters=[TABLE_ID_PARAMETER], names_player=True)
@@ -166,9 +175,12 @@ class Removals(MethodView):
 
     @roles(Role.OPS)
     @blp.arguments(ModerationSchema)
+    @blp.alt_response(404, response="NOT_FOUND")
     @blp.response(201, TableActionSchema)
     def post(self, removal: dict[str, Any], table_id: str) -> TableAction:
         """Remove a player from a table: unseated, unconfirmed bets returned, barred from it."""
         player_id = removal["player_id"]
         receipt = container().chat.remove_player(table_id, player_id, removal["reason"], actor())
-        return answered_with_balance(table_id, player_id, container().wallets)(receipt)
+        return answered_with_wallet(table_id, player_id, container().wallets, container().seamless)(
+            receipt
+        )

@@ -112,7 +112,9 @@ def malfunction_result(receipt: Receipt) -> dict[str, Any]:
 
 def _service() -> MalfunctionService:
     wiring = container()
-    return MalfunctionService(wiring.store, wiring.clock)
+    return MalfunctionService(
+        wiring.store, wiring.clock, wiring.games.is_seamless, wiring.games.owed
+    )
 
 
 @blp.route("/<id:table_id>/malfunctions", parameters=[TABLE_ID_PARAMETER])

@@ -14,9 +14,11 @@ from domain.player_limits import LimitChangedThisWeek, PlayerLimit
 from service.application.keys import Role
 from service.application.players import RoundHistory
 from service.application.read_models.queries import history
-from service.web.api import Blueprint, actor, container, projections
+from service.web.api import Blueprint, actor, container, projections, read_models
 from service.web.auth import READERS, roles
+from service.web.consistency import exact_read
 from service.web.fields import PLAYER_ID_PARAMETER, PageQuerySchema, pence_field
+from service.web.operators import known_player
 from service.web.problems import domain_problem
 from service.web.table_actions import BetEntrySchema, DealtCardSchema
 
@@ -150,17 +152,23 @@ def _round(history: RoundHistory) -> dict[str, Any]:
 class Limit(MethodView):
     """A player's own maximum stake per round."""
 
+    # Decides money: always from the primary, never a replica (docs/scaling.md).
+    @exact_read
     @roles(*READERS)
+    @blp.alt_response(404, response="NOT_FOUND")
     @blp.response(200, LimitSchema)
     def get(self, player_id: str) -> dict[str, Any]:
         """Read a player's own limit and when it may next change."""
+        known_player(player_id)
         return _limit(container().players.get_limit(player_id))
 
     @roles(Role.FRONTEND)
     @blp.arguments(NewLimitSchema)
+    @blp.alt_response(404, response="NOT_FOUND")
     @blp.response(200, LimitSchema)
     def put(self, new: dict[str, Any], player_id: str) -> dict[str, Any]:
         """Set or remove the player's own limit; at most one change a week."""
+        known_player(player_id)
         players = container().players
         try:
             players.set_limit(player_id, new["limit_pence"], actor())
@@ -177,12 +185,14 @@ class Rounds(MethodView):
 
     @roles(*READERS)
     @blp.arguments(RoundsQuerySchema, location="query")
+    @blp.alt_response(404, response="NOT_FOUND")
     @blp.response(200, PlayedRoundsSchema)
     def get(self, page: dict[str, Any], player_id: str) -> dict[str, Any]:
         """Read a player's latest rounds: bets, cards, outcome and payout, newest first."""
+        known_player(player_id)
         limit = page.get("limit", DEFAULT_ROUNDS)
-        read_models = container().projections
-        if read_models is None:
+        models = read_models()
+        if models is None:
             # The table streams only in the in-memory wiring, which has no read models: one
             # page, the latest.
             rounds = container().players.rounds(player_id, limit=limit)
@@ -193,7 +203,7 @@ class Rounds(MethodView):
             }
         # The round history read model, through proj_round_players_player_position
         # (player_id, position): a keyset page, whatever the player's history.
-        records = read_models.player_round_records(player_id, limit, page.get("before"))
+        records = models.player_round_records(player_id, limit, page.get("before"))
         return {
             "player_id": player_id,
             "rounds": [_round(history(r, player_id)) for r in records],
@@ -219,9 +229,11 @@ class History(MethodView):
     """A player's totals."""
 
     @roles(*READERS)
+    @blp.alt_response(404, response="NOT_FOUND")
     @blp.response(200, PlayerHistorySchema)
     def get(self, player_id: str) -> dict[str, Any]:
         """Read a player's rounds played, wagered, won and net, from the read model."""
+        known_player(player_id)
         summary = projections().player_summary(player_id)
         return {
             "player_id": summary.player_id,

@@ -26,7 +26,7 @@ from service.regulator.proofs import (
     tree_checkpoint_at,
 )
 from service.regulator.replay import NotInLogError
-from service.web.api import Blueprint, actor, container
+from service.web.api import Blueprint, actor, container, read_models
 from service.web.auth import READERS, roles
 from service.web.operators import request_operator
 from service.web.problems import Problem
@@ -218,7 +218,7 @@ class RoundProof(MethodView):
         """The round's events, each with its inclusion proof: one self-contained document."""
         wired = container()
         try:
-            evidence = round_evidence(wired.store, round_id, wired.projections)
+            evidence = round_evidence(wired.store, round_id, read_models())
         except NotInLogError as error:
             raise Problem(404, "not-found", f"{error}.") from None
         if actor().role == Role.FRONTEND.value:

@@ -11,8 +11,8 @@ from service.application.keys import Role
 from service.web.api import Blueprint, actor, container
 from service.web.auth import roles
 from service.web.fields import PLAYER_ID_PARAMETER, TABLE_ID_PARAMETER
-from service.web.operators import player_field
-from service.web.table_actions import TableAction, TableActionSchema, answered_with_balance
+from service.web.operators import known_player, player_field
+from service.web.table_actions import TableAction, TableActionSchema, answered_with_wallet
 
 blp = Blueprint(
     "seats", __name__, url_prefix="/tables", description="Seats: sit down, change seat and leave."
@@ -48,12 +48,15 @@ class Seats(MethodView):
 
     @roles(Role.FRONTEND)
     @blp.arguments(SitDownSchema)
+    @blp.alt_response(404, response="NOT_FOUND")
     @blp.response(201, TableActionSchema)
     def post(self, sitting: dict[str, Any], table_id: str) -> TableAction:
         """Sit a player at a free seat; during a round they play from the next one."""
         player_id = sitting["player_id"]
         receipt = container().games.sit(table_id, player_id, sitting["seat"], actor())
-        return answered_with_balance(table_id, player_id, container().wallets)(receipt)
+        return answered_with_wallet(table_id, player_id, container().wallets, container().seamless)(
+            receipt
+        )
 
 
 @blp.route(
@@ -64,6 +67,7 @@ class Seat(MethodView):
 
     @roles(Role.FRONTEND)
     @blp.arguments(ChangeSeatSchema)
+    @blp.alt_response(404, response="NOT_FOUND")
     @blp.response(200, TableActionSchema)
     def put(self, moving: dict[str, Any], table_id: str, player_id: str) -> TableAction:
         """Move the player to another free seat between hands, in one step.
@@ -72,12 +76,19 @@ class Seat(MethodView):
         when the seat is taken (seat.taken); a player yet to bet in the open window sits that
         round out and plays from the new seat from the next one.
         """
+        known_player(player_id)
         receipt = container().games.change_seat(table_id, player_id, moving["seat"], actor())
-        return answered_with_balance(table_id, player_id, container().wallets)(receipt)
+        return answered_with_wallet(table_id, player_id, container().wallets, container().seamless)(
+            receipt
+        )
 
     @roles(Role.FRONTEND)
+    @blp.alt_response(404, response="NOT_FOUND")
     @blp.response(200, TableActionSchema)
     def delete(self, table_id: str, player_id: str) -> TableAction:
         """Leave the table: bets not yet confirmed come back; confirmed ones stay in play."""
+        known_player(player_id)
         receipt = container().games.leave(table_id, player_id, actor())
-        return answered_with_balance(table_id, player_id, container().wallets)(receipt)
+        return answered_with_wallet(table_id, player_id, container().wallets, container().seamless)(
+            receipt
+        )

@@ -8,8 +8,9 @@ from flask.views import MethodView
 from domain.table import ClientSeedRotated
 from service.application.keys import Role
 from service.application.malfunctions import MalfunctionService
+from service.application.streams import table_stream
 from service.regulator.replay import NotInLogError, ShoeRecord, find_shoe, shoe_view, verify_shoe
-from service.web.api import Blueprint, actor, container
+from service.web.api import Blueprint, actor, container, read_models
 from service.web.auth import READERS, roles
 from service.web.fields import TABLE_ID_PARAMETER, path_parameter, reason_field
 from service.web.problems import Problem
@@ -59,7 +60,7 @@ class ShoeVerificationSchema(ma.Schema):
 def _record(shoe_id: str) -> ShoeRecord:
     try:
         wiring = container()
-        return find_shoe(wiring.store, shoe_id, wiring.projections)
+        return find_shoe(wiring.store, shoe_id, read_models())
     except NotInLogError as error:
         raise Problem(404, "not-found", f"{error}.") from None
 
@@ -116,7 +117,13 @@ class ClientSeedRotatedSchema(ma.Schema):
 
     table_id = ma.fields.String(required=True)
     client_seed = ma.fields.String(required=True)
-    position = ma.fields.Integer(required=True)
+    version = ma.fields.Integer(
+        required=True,
+        metadata={
+            "description": "The table stream's version after the rotation. Not a log position:"
+            " the rotation is answered once durable, before the sequencer places it."
+        },
+    )
 
 
 @blp.route("/tables/<id:table_id>/client-seed-rotations", parameters=[TABLE_ID_PARAMETER])
@@ -136,5 +143,5 @@ class ClientSeedRotations(MethodView):
         return {
             "table_id": table_id,
             "client_seed": rotated.client_seed,
-            "position": receipt.last_position,
+            "version": receipt.versions[table_stream(table_id)],
         }

@@ -156,6 +156,12 @@ async function refresh() {
   const lag = overview.projections?.projections ?? [];
   $("lag").textContent = lag.length ? lag.map((p) => `${p.name} ${p.lag_events} events`).join(", ") : "—";
   drawQueues(overview.queues);
+  // Why bets may be refused with log-busy: the sequencer is behind, or none is running.
+  const sequencer = overview.sequencer;
+  $("sequencer").textContent = sequencer
+    ? `${sequencer.unsequenced_appends} appends waiting (at most), oldest ${sequencer.oldest_seconds} s` +
+      (sequencer.busy ? " · BEHIND: appends refused (log-busy)" : "")
+    : "—";
   $("rate").textContent = overview.tables.reduce((sum, t) => sum + t.rounds_last_minute, 0);
   const list = $("significant");
   list.replaceChildren();
