@@ -8,9 +8,11 @@ types can be compared against it.
 from typing import Any, Final
 
 from domain.api_keys import API_KEY_EVENT_TYPES
-from domain.audit import CheckpointSigned, TreeCheckpointSigned
+from domain.audit import CheckpointSigned, LogRestored, TreeCheckpointSigned
 from domain.chat import CHAT_EVENT_TYPES
 from domain.player_limits import PLAYER_LIMIT_EVENT_TYPES
+from domain.reconciliation import RECONCILIATION_EVENT_TYPES
+from domain.seamless import SEAMLESS_EVENT_TYPES
 from domain.table import TABLE_EVENT_TYPES
 from domain.wallet import WALLET_EVENT_TYPES
 
@@ -19,9 +21,12 @@ EVENT_CLASSES: Final[tuple[type[Any], ...]] = (
     *WALLET_EVENT_TYPES,
     *CHAT_EVENT_TYPES,
     *PLAYER_LIMIT_EVENT_TYPES,
+    *SEAMLESS_EVENT_TYPES,
     *API_KEY_EVENT_TYPES,
+    *RECONCILIATION_EVENT_TYPES,
     CheckpointSigned,
     TreeCheckpointSigned,
+    LogRestored,
 )
 """Every event class. `StakeReturned` and `SettlementReversed` appear twice: the table's
 (domain/round.py) and the wallet's (domain/wallet.py) share a name, on different streams."""

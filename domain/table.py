@@ -589,6 +589,8 @@ class DeclareMalfunction:
     start: str | None = None
     end: str | None = None
     server_seed: str | None = field(default=None, repr=False)
+    or_nothing: bool = False
+    """Retire and reveal the shoe even if no round in scope holds play (a restored log)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -934,7 +936,7 @@ def _rounds_to_void(table: Table, command: DeclareMalfunction) -> list[Round]:
     voided = [
         r for r in sorted(in_scope.values(), key=lambda r: r.number) if r.phase is not Phase.VOIDED
     ]
-    if not any(r.holds_play for r in voided):
+    if not any(r.holds_play for r in voided) and not command.or_nothing:
         # Most often current_round just after a coup: the settling append has already opened
         # the next round, empty, and voiding it would leave the coup meant standing.
         raise MalfunctionVoidsNothing(_voids_nothing(table, command, in_scope))

@@ -1,14 +1,12 @@
 """Fixtures shared by every test tier: a PostgreSQL server and a fresh database per run."""
 
 import os
-import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
-from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from tests.databases import scratch_database
 
 
 @pytest.fixture(scope="session")
@@ -29,15 +27,5 @@ def postgres_server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[st
 @pytest.fixture(scope="session")
 def database_url(postgres_server_url: str) -> Iterator[str]:
     """A database of this run's own, dropped when the run ends."""
-    name = f"shoebox_test_{os.getpid()}_{secrets.token_hex(4)}"
-    with psycopg.connect(postgres_server_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    params = conninfo_to_dict(postgres_server_url)
-    params["dbname"] = name
-    try:
-        yield make_conninfo(**params)  # type: ignore[arg-type]
-    finally:
-        with psycopg.connect(postgres_server_url, autocommit=True) as conn:
-            conn.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
+    with scratch_database(postgres_server_url, "shoebox_test") as url:
+        yield url

@@ -99,7 +99,10 @@ class Books:
         elif kind in (RETURNED, PAID):
             held = self.open_stakes.pop(stake_key, None)
             assert held == payload["stake"], f"{kind} of {payload['stake']} on {stake_key}: {held}"
-            self.resolved.add(stake_key)
+            # A stake given back (removed, passed) leaves the spot open to a new bet in the
+            # same round, as a rebet after a remove does; a settled one closes it.
+            if kind == PAID:
+                self.resolved.add(stake_key)
             self.reserved[wallet] -= payload["stake"]
             self.available[wallet] += payload["payout"] if kind == PAID else payload["stake"]
             if kind == PAID:

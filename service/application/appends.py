@@ -30,6 +30,7 @@ from events.store import (
     Idempotency,
     IdempotencyKeyReused,
     JsonValue,
+    OutboxRow,
     StreamAppend,
 )
 from service.application.actor import Actor, Outcome
@@ -108,9 +109,9 @@ class Receipt:
     """What a command appended (or, for a repeated idempotency key, had appended before)."""
 
     events: tuple[DomainEvent, ...]
+    # Each stream's version after the append (no positions: an append is answered before
+    # the sequencer gives it its place in the log).
     versions: Mapping[str, int]
-    first_position: int
-    last_position: int
     # As with AppendResult: a replayed receipt equals the original it repeats.
     replayed: bool = field(default=False, compare=False)
     # The answer stored with the idempotency key by the append (the first request's, on a
@@ -125,6 +126,9 @@ class Prepared:
     appends: Sequence[StreamAppend]
     events: tuple[DomainEvent, ...]
     on_recorded: Callable[[AppendResult], None] = field(default=lambda result: None)
+    # Rows the append owes beside its events (the calls owed to a seamless wallet), written
+    # in its transaction: events/store.py's OutboxRow.
+    outbox: Sequence[OutboxRow] = ()
 
 
 def run_command(
@@ -164,7 +168,7 @@ def run_command(
             if idempotency is not None and respond is not None:
                 answer = respond(Outcome(prepared.events, _new_versions(prepared.appends)))
                 keyed = replace(idempotency, response=answer)
-            result = store.append(prepared.appends, actor.metadata(), keyed)
+            result = store.append(prepared.appends, actor.metadata(), keyed, outbox=prepared.outbox)
         except ConcurrencyConflict as conflict:
             conflicted.append(conflict.stream_id)
             pause = _pause_before_retry(patience, len(conflicted), deadline, window_left)
@@ -181,8 +185,6 @@ def run_command(
         return Receipt(
             prepared.events,
             result.versions,
-            result.first_position,
-            result.last_position,
             response=None if keyed is None else keyed.response,
         )
     if patience.attempts != 1:
@@ -228,13 +230,16 @@ def replay(store: EventStore, idempotency: Idempotency) -> Receipt | None:
 
 
 def _receipt_from_log(store: EventStore, result: AppendResult) -> Receipt:
-    count = result.last_position - result.first_position + 1
-    recorded = store.read_all(from_position=result.first_position - 1, limit=count)
+    # By version, stream after stream in append order: the append wrote each stream's events
+    # together, and a stream read by version sees them whether or not they are sequenced yet.
+    recorded = [
+        event
+        for stream_id, first, last in result.appended
+        for event in store.read_stream(stream_id, first)[: last - first + 1]
+    ]
     return Receipt(
         tuple(from_recorded(event) for event in recorded),
         result.versions,
-        result.first_position,
-        result.last_position,
         replayed=True,
         response=result.response,
     )

@@ -240,6 +240,12 @@ class CheckpointService:
         head = self._head()
         if head is None or head.type in CHECKPOINT_TYPES:
             return None
+        last = self.latest()
+        if last is not None and last.position >= head.position:
+            # The last checkpoint signed this very head, and its own events are durable but
+            # not yet placed by the sequencer (docs/scaling.md): signing again would record a
+            # second checkpoint of the same head.
+            return None
         return self._sign(head, actor)
 
     def latest(self) -> CheckpointSigned | None:
@@ -363,6 +369,9 @@ def check_kept(
     kept: Sequence[CheckpointSigned],
     hash_at: Callable[[int], str | None],
     trusted: Sequence[str] = (),
+    *,
+    explained: Callable[[CheckpointSigned], str | None] | None = None,
+    lost: list[str] | None = None,
 ) -> list[str]:
     """What is wrong between kept checkpoints and a log, one line each; empty if it extends them.
 
@@ -370,7 +379,8 @@ def check_kept(
     one of `trusted` (public keys as hex) or be endorsed by one, or, with none given, is
     trusted on first use; each later key must be endorsed by the key in use before it, which
     is then retired. `hash_at` is the log's hash at a position, or None where the log has no
-    such event (a log cut short).
+    such event (a log cut short). A checkpoint the log no longer extends that `explained`
+    accounts for (a recorded restore lost it) is reported in `lost` instead, in its words.
     """
     problems: list[str] = []
     chain = _KeyChain(tuple(trusted))
@@ -381,6 +391,11 @@ def check_kept(
             problems.append(f"checkpoint at position {checkpoint.position}: {error}")
             continue
         found = hash_at(checkpoint.position)
+        if found != checkpoint.head_hash and explained is not None and lost is not None:
+            why = explained(checkpoint)
+            if why is not None:
+                lost.append(why)
+                continue
         if found is None:
             problems.append(
                 f"checkpoint at position {checkpoint.position}: the log has no such event;"

@@ -37,6 +37,18 @@ class RoundNotFound(NotFound):
         self.round_id = round_id
 
 
+class PlayerNotFound(NotFound):
+    """The request names a player its operator has never had (issue 24).
+
+    A player exists once it has a wallet stream (an internal player ops deposited to) or a
+    seamless stream (a seamless player whose session was opened); see KnownPlayers.
+    """
+
+    def __init__(self, player_id: str) -> None:
+        super().__init__(f"no player {player_id!r}")
+        self.player_id = player_id
+
+
 class Conflict(ServiceError):
     """Concurrent writes kept beating this command to its streams; retrying later may work."""
 

@@ -10,7 +10,7 @@ deleted: a settled round is undone by compensating events.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -44,7 +44,7 @@ from domain.wallet import (
     evolve_wallet,
     replay_wallet,
 )
-from events.store import Clock, EventStore, RecordedEvent, StreamAppend
+from events.store import Clock, EventStore, OutboxRow, RecordedEvent, StreamAppend
 from service.application.actor import Actor
 from service.application.appends import Prepared, Receipt, run_command
 from service.application.streams import (
@@ -69,12 +69,30 @@ class Scope:
 class MalfunctionService:
     """Declaring malfunctions, reopening suspended tables, rotating the next client seed."""
 
-    def __init__(self, store: EventStore, clock: Clock) -> None:
+    def __init__(
+        self,
+        store: EventStore,
+        clock: Clock,
+        seamless: Callable[[str], bool] | None = None,
+        owed: Callable[[Sequence[StreamAppend]], Sequence[OutboxRow]] | None = None,
+    ) -> None:
         self._store = store
+        # The rollbacks a void owes seamless wallets, written in its own transaction.
+        self._owed = owed
         self._clock = clock
+        # A seamless player's returns and reversals are calls owed to the operator's wallet,
+        # queued from the log (service/application/seamless_calls.py): no Shoebox wallet moves.
+        self._seamless: Callable[[str], bool] = (
+            seamless if seamless is not None else lambda player_id: False
+        )
 
-    def declare(self, table_id: str, reason: str, scope: Scope, actor: Actor) -> Receipt:
-        """Declare a malfunction at a table and carry out every step of it in one append."""
+    def declare(
+        self, table_id: str, reason: str, scope: Scope, actor: Actor, *, or_nothing: bool = False
+    ) -> Receipt:
+        """Declare a malfunction at a table and carry out every step of it in one append.
+
+        `or_nothing`: suspend, retire and reveal even when no round in scope holds play.
+        """
         malfunction_id = uuid.uuid4().hex
 
         def prepare() -> Prepared:
@@ -90,6 +108,7 @@ class MalfunctionService:
                 start=scope.start.isoformat() if scope.start is not None else None,
                 end=scope.end.isoformat() if scope.end is not None else None,
                 server_seed=secret,
+                or_nothing=or_nothing,
             )
             return self._prepared(table_id, len(recorded), table, command)
 
@@ -121,6 +140,8 @@ class MalfunctionService:
             if money is None:
                 continue
             player_id, wallet_command = money
+            if self._seamless(player_id):
+                continue
             if player_id not in wallets:
                 stored = self._store.read_stream(wallet_stream(player_id))
                 history: list[WalletEvent] = [from_recorded(e) for e in stored]  # type: ignore[misc]
@@ -138,7 +159,13 @@ class MalfunctionService:
         every: list[DomainEvent] = [*events]
         for _, (_, _, moved) in sorted(wallets.items()):
             every.extend(moved)
-        return Prepared(appends, tuple(every))
+        outbox = self._owed(appends) if self._owed is not None else ()
+        return Prepared(appends, tuple(every), outbox=outbox)
+
+
+def table_of(table_id: str, recorded: Sequence[RecordedEvent]) -> Table:
+    """The table that its stream's recorded events build (TableNotFound if it has none)."""
+    return _table(table_id, recorded)
 
 
 def _table(table_id: str, recorded: Sequence[RecordedEvent]) -> Table:

@@ -18,6 +18,7 @@ from typing import Any, Final, Generic, TypeAlias, TypeVar
 from domain.chat import CHAT_EVENT_TYPES, ChatEvent
 from domain.payloads import from_payload, schema_version_of, to_payload
 from domain.player_limits import PLAYER_LIMIT_EVENT_TYPES, PlayerLimitEvent
+from domain.seamless import SEAMLESS_EVENT_TYPES, SeamlessEvent
 from domain.table import TABLE_EVENT_TYPES, Table, TableEvent, evolve
 from domain.wallet import WALLET_EVENT_TYPES, WalletEvent
 from events.snapshots import Snapshot, SnapshotStore
@@ -30,8 +31,9 @@ TABLE = "table"
 WALLET = "wallet"
 PLAYER = "player"
 CHAT = "chat"
+SEAMLESS = "seamless"
 
-DomainEvent: TypeAlias = TableEvent | WalletEvent | PlayerLimitEvent | ChatEvent
+DomainEvent: TypeAlias = TableEvent | WalletEvent | PlayerLimitEvent | ChatEvent | SeamlessEvent
 
 
 def table_stream(table_id: str) -> str:
@@ -47,6 +49,11 @@ def wallet_stream(player_id: str) -> str:
 def player_stream(player_id: str) -> str:
     """The stream of a player's own settings: their bet limit."""
     return f"{PLAYER}:{player_id}"
+
+
+def seamless_stream(player_id: str) -> str:
+    """The stream of a seamless player's calls to their operator's wallet (domain/seamless.py)."""
+    return f"{SEAMLESS}:{player_id}"
 
 
 def chat_stream(table_id: str) -> str:
@@ -76,6 +83,7 @@ _register(TABLE, TABLE_EVENT_TYPES)
 _register(WALLET, WALLET_EVENT_TYPES)
 _register(PLAYER, PLAYER_LIMIT_EVENT_TYPES)
 _register(CHAT, CHAT_EVENT_TYPES)
+_register(SEAMLESS, SEAMLESS_EVENT_TYPES)
 
 EVENT_REGISTRY: Mapping[tuple[str, str], type[Any]] = _REGISTRY
 """Every domain event class, by (stream category, stored type name)."""

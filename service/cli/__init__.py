@@ -20,6 +20,7 @@ COMMANDS: Final[dict[str, tuple[str, str]]] = {
         "Deal a retired shoe from its revealed seeds and print it as JSON Lines.",
     ),
     "odds": ("odds", "Print the exact outcome probabilities and house edges of a fresh shoe."),
+    "restore": ("restore", "Restore PostgreSQL with pgBackRest to a named log position."),
     "migrate": ("store", "Apply pending schema migrations (the embedded server's if unset)."),
     "audit": ("audit", "Check the tamper-evident event log; sign checkpoints of it."),
     "keys": ("keys", "Create, revoke and list API keys; make checkpoint signing keys."),
@@ -31,6 +32,10 @@ COMMANDS: Final[dict[str, tuple[str, str]]] = {
     "export": ("regulator", "Write a table's events in a time range, with its seeds, as JSONL."),
     "verify": ("regulator", "Check an export offline with the independent verifier."),
     "recover": ("regulator", "Complete rounds left due but undealt by a crash, or void them."),
+    "wallet": (
+        "wallet",
+        "Reconcile a seamless operator's wallet; resume parked calls; check wallet modes.",
+    ),
     "wallet-reference": (
         "wallet_reference",
         "Run the reference operator wallet: the casino's side of the seamless wallet.",

@@ -11,7 +11,7 @@ from types import FrameType
 import click
 
 from events.migrations import apply_migrations
-from events.postgres import Pool, PostgresEventStore, app_conninfo, open_pool
+from events.postgres import Pool, PostgresEventStore, Sequencing, app_conninfo, open_pool
 from events.snapshots import PostgresSnapshotStore
 from events.store import EventStore, utc_now
 from service.application.game.open_rounds import OpenRoundsProjection, PostgresOpenRounds
@@ -22,21 +22,27 @@ from service.application.upcasters import upcasters
 from service.embedded import database_url
 from service.runtime.failpoints import projection_batch_hook
 from service.runtime.logs import configure_logging
+from service.runtime.sequencing import start_sequencer_role
 from service.runtime.settings import DEFAULT_API_HOST, Settings
 from service.runtime.stopping import StopWatch
 
 
 @contextmanager
-def _pool(max_size: int) -> Iterator[Pool]:
+def _pool(max_size: int, *, sequencer: bool = False) -> Iterator[Pool]:
     settings = Settings.from_env()
     with database_url(settings) as db_url:
         # Harmless when another process got there first: yoyo locks and skips the applied.
         apply_migrations(db_url)
         conninfo = settings.app_database_url or app_conninfo(db_url, environ={})
         pool = open_pool(conninfo, max_size=max_size)
+        # A long-running projector stands for the log's sequencer too (events/sequencer.py).
+        # With Redis it also announces each new head, for the feeds reading replicas.
+        role = start_sequencer_role(conninfo, settings.redis_url) if sequencer else None
         try:
             yield pool
         finally:
+            if role is not None:
+                role.stop()
             pool.close()
 
 
@@ -106,7 +112,7 @@ def projector(
     signal.signal(signal.SIGINT, _stop)
     # One connection for the follower's passes, and two for the sweeper (its look at the
     # index, and the window it closes), and a spare.
-    with _pool(max_size=4) as pool:
+    with _pool(max_size=4, sequencer=True) as pool:
         # One follower, one transaction a pass for every model and the index of open rounds:
         # a subscription each meant a commit each per append (docs/benchmarks.md).
         following = read_models.follower(
@@ -122,6 +128,9 @@ def projector(
             interval=sweep_interval,
             redis_url=Settings.from_env().redis_url,
             metered=metrics_port is not None,
+            # This process stands for the sequencer's role (its pool's): a window it closes
+            # is answered once durable, never kept waiting for its position (see window_sweeper).
+            sequencing="background",
         )
         served = None
         if metrics_port is not None:
@@ -157,6 +166,7 @@ def window_sweeper(
     interval: float = SWEEP_INTERVAL,
     redis_url: str | None = None,
     metered: bool = False,
+    sequencing: Sequencing = "inline",
 ) -> WindowSweeper:
     """The sweeper over the projector's pool: it needs PostgreSQL only.
 
@@ -165,8 +175,11 @@ def window_sweeper(
     and its table's windows would be closed by the sweeper alone from then on, even once Redis
     is back (tests/faults/test_redis_stopped.py). A Redis that is down costs nothing here: the
     scheduler fails fast and logs. `metered`: its appends count in this process's metrics.
+    `sequencing` "background" in a process that stands for the sequencer's role: a close
+    that waited for its position would keep the table's next commands (its deal, the bets of
+    the next round) waiting for the sequencer too (docs/scaling.md).
     """
-    store: EventStore = PostgresEventStore(pool, utc_now, upcasters())
+    store: EventStore = PostgresEventStore(pool, utc_now, upcasters(), sequencing=sequencing)
     if metered:
         # Imported only then: prometheus_client must not be imported before a multiprocess
         # directory is chosen (service/runtime/metrics.py), and only a metrics port needs it.
@@ -179,7 +192,18 @@ def window_sweeper(
         from service.runtime.scheduler import RedisWindowScheduler
 
         scheduler = RedisWindowScheduler.from_url(redis_url)
-    games = GameService(store, utc_now, scheduler, snapshots=PostgresSnapshotStore(pool, utc_now))
+    from service.runtime.seamless_wiring import owed_calls
+
+    settings = Settings.from_env()
+    games = GameService(
+        store,
+        utc_now,
+        scheduler,
+        snapshots=PostgresSnapshotStore(pool, utc_now),
+        # A window closed here deals seamless players' bets too: no Shoebox wallet of theirs.
+        seamless=settings.is_seamless,
+        owed=owed_calls(settings, pool),
+    )
     # The index is kept by this very process's subscription; catching it up before each look
     # as well costs one query when it is current, and keeps the sweep right if it lags.
     return WindowSweeper(games, PostgresOpenRounds(pool, upcasters()), utc_now, interval=interval)
@@ -195,7 +219,7 @@ def projections() -> None:
 def rebuild(names: tuple[str, ...]) -> None:
     """Rebuild the NAMEd read models (default: all) from position 0 and swap them in."""
     chosen = _names(names)
-    with _pool(max_size=4) as pool:
+    with _pool(max_size=4, sequencer=True) as pool:
         result = read_models.rebuild(pool, chosen)
     click.echo(
         f"rebuilt {', '.join(result.names)}: {result.events} events, up to position "

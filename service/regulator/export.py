@@ -23,8 +23,14 @@ from events.canonical import format_timestamp, metadata_document
 from events.store import EventStore, RecordedEvent
 from service.application.checkpoints import document, from_recorded
 from service.application.operators import operator_of
-from service.application.streams import WALLET, from_recorded_as, id_of, table_stream
-from service.regulator.verification import EXPORT_FORMAT
+from service.application.streams import (
+    SEAMLESS,
+    WALLET,
+    from_recorded_as,
+    id_of,
+    table_stream,
+)
+from service.regulator.verification import EXPORT_FORMAT, SEAMLESS_EXPORT_FORMAT
 
 BATCH_SIZE = 5000
 
@@ -88,6 +94,9 @@ class LogIndex(Protocol):
     ) -> Iterator[list[RecordedEvent]]:
         """A stream's events from `from_version` to `to_version`, upcast, a batch at a time."""
 
+    def holds_category(self, first: int, last: int, category: str) -> bool:
+        """Whether any event from position `first` to `last` is of `category`."""
+
 
 def build_export(
     store: EventStore,
@@ -110,9 +119,20 @@ def build_export(
     )
     batches = _range(store, first, last) if first is not None and last is not None else iter(())
     opening = next(batches, [])
+    seamless = (
+        first is not None
+        and last is not None
+        and (
+            index.holds_category(first, last, SEAMLESS)
+            if index is not None
+            else any(e.category == SEAMLESS for b in _range(store, first, last) for e in b)
+        )
+    )
     yield {
         "kind": "header",
-        "format": EXPORT_FORMAT,
+        # Version 2 only where there is seamless money: an export of internal wallets stays
+        # readable by a version-1 verifier.
+        "format": SEAMLESS_EXPORT_FORMAT if seamless else EXPORT_FORMAT,
         "table_id": table_id,
         "from": format_timestamp(start),
         "to": format_timestamp(end),

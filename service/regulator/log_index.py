@@ -23,6 +23,10 @@ from service.application.snapshots import UnreadableSnapshot
 from service.application.streams import WALLET, table_stream
 from service.application.wallets import wallet_codec
 
+_HOLDS_CATEGORY: Final = """
+SELECT EXISTS (SELECT 1 FROM events WHERE category = %s AND position BETWEEN %s AND %s)
+"""
+
 # Through events_stream_recorded_at (stream_id, recorded_at): the table's events in the period,
 # materialized first. A bare min()/max() is planned as a walk of events_pkey from either end
 # of the whole log until a row of the period turns up: from the log's first event to the
@@ -100,6 +104,13 @@ class PostgresLogIndex:
         if money is not None and money[0] is not None:
             last = max(last, int(money[0]))
         return first, last
+
+    def holds_category(self, first: int, last: int, category: str) -> bool:
+        """Whether any event from position `first` to `last` is of `category`."""
+        # Through events_category_position: one probe, however long the slice.
+        with self._pool.connection() as conn:
+            row = conn.execute(_HOLDS_CATEGORY, [category, first, last]).fetchone()
+        return bool(row and row[0])
 
     def shoe_events(self, stream_id: str, shoe_ids: Collection[str]) -> list[RecordedEvent]:
         """The opening, retirement and reveal of each of these shoes of one table."""

@@ -39,7 +39,7 @@ from domain.wallet import (
     evolve_wallet,
 )
 from events.canonical import format_timestamp
-from events.store import EventStore, RecordedEvent
+from events.store import UNSEQUENCED, EventStore, RecordedEvent
 from service.application.read_models.queries import ProjectionService
 from service.application.streams import TABLE, from_recorded_as, id_of, table_stream, wallet_stream
 from service.application.upcasters import upcasters
@@ -80,7 +80,7 @@ def round_replay(store: EventStore, round_id: str) -> dict[str, Any]:
     """
     table_id = _round_table(round_id)
     registry = upcasters()
-    as_recorded = store.read_stream(table_stream(table_id), upcast=False)
+    as_recorded = _placed(store.read_stream(table_stream(table_id), upcast=False))
     table_events = registry.upcast_all(as_recorded)
     events = [e for e in table_events if e.payload.get("round_id") == round_id]
     if not events:
@@ -101,7 +101,8 @@ def round_replay(store: EventStore, round_id: str) -> dict[str, Any]:
         status = RoundStatus.IN_PROGRESS
     players = _participants(events)
     wallet_events: dict[str, list[RecordedEvent]] = {
-        player: store.read_stream(wallet_stream(player), upcast=False) for player in players
+        player: _placed(store.read_stream(wallet_stream(player), upcast=False))
+        for player in players
     }
     balances = {
         player: _balances(round_id, events[0].position, registry.upcast_all(recorded))
@@ -331,7 +332,7 @@ def find_shoe(
 
 
 def _shoe_record(store: EventStore, stream_id: str, shoe_id: str) -> ShoeRecord:
-    return _shoe_from(store.read_stream(stream_id, upcast=False), stream_id, shoe_id)
+    return _shoe_from(_placed(store.read_stream(stream_id, upcast=False)), stream_id, shoe_id)
 
 
 def _shoe_from(events: list[RecordedEvent], stream_id: str, shoe_id: str) -> ShoeRecord:
@@ -381,3 +382,12 @@ def verify_shoe(record: ShoeRecord) -> Report:
     """Re-derive the shoe from its revealed seed and check every coup dealt from it."""
     shoe = {"kind": "shoe", **shoe_view(record), "server_seed": record.server_seed}
     return verify_shoe_rounds(shoe, [event_line(event) for event in record.events])
+
+
+def _placed(events: list[RecordedEvent]) -> list[RecordedEvent]:
+    """The events the sequencer has placed in the log: a replay reads the log, by position.
+
+    A stream read by version also has the events committed but not yet sequenced (position
+    UNSEQUENCED); they are not in the log yet, and a regulator's view is of the log.
+    """
+    return [e for e in events if e.position != UNSEQUENCED]

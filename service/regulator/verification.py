@@ -39,6 +39,10 @@ from domain.table import ShoeOpened, ShoeRevealed
 from domain.tableau import deal_coup
 
 EXPORT_FORMAT = "shoebox-export/1"
+SEAMLESS_EXPORT_FORMAT = "shoebox-export/2"
+"""Version 1 plus a seamless player's money story (`seamless:` streams): stated only by an
+export whose slice holds such events, so that one of internal wallets reads as before."""
+EXPORT_FORMATS = (EXPORT_FORMAT, SEAMLESS_EXPORT_FORMAT)
 
 
 class Check(StrEnum):
@@ -172,7 +176,7 @@ def verify_export(documents: Iterable[Mapping[str, Any]]) -> Report:
             header = document
         else:
             report.add(Check.FORMAT, "line", f"unknown line kind {kind!r}")
-    if header is None or header.get("format") != EXPORT_FORMAT:
+    if header is None or header.get("format") not in EXPORT_FORMATS:
         report.add(Check.FORMAT, "header", f"the first line must be a {EXPORT_FORMAT} header")
     report.events = len(events)
     _check_seeds(shoes, events, report)

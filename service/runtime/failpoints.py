@@ -30,6 +30,9 @@ FAILPOINT_SECONDS: Final = "SHOEBOX_TEST_FAILPOINT_SECONDS"
 # Pauses the projector inside a batch's transaction, once a read model has applied the batch and
 # before its checkpoint moves, so that a test can kill it mid-batch.
 PAUSE_IN_PROJECTION_BATCH: Final = "pause-in-projection-batch"
+# Pauses the sequencer inside a batch's transaction, once its events are inserted and before
+# the commit, so that a test can kill it mid-batch.
+PAUSE_IN_SEQUENCER_BATCH: Final = "pause-in-sequencer-batch"
 
 
 def failpoint(name: str) -> None:
@@ -71,4 +74,11 @@ def projection_batch_hook() -> Callable[[], None] | None:
     """The hook the projector runs inside each batch's transaction, if its failpoint is armed."""
     if os.environ.get(FAILPOINT) == PAUSE_IN_PROJECTION_BATCH:
         return lambda: failpoint(PAUSE_IN_PROJECTION_BATCH)
+    return None
+
+
+def sequencer_batch_hook() -> Callable[[], None] | None:
+    """The hook the sequencer runs inside each batch's transaction, if its failpoint is armed."""
+    if os.environ.get(FAILPOINT) == PAUSE_IN_SEQUENCER_BATCH:
+        return lambda: failpoint(PAUSE_IN_SEQUENCER_BATCH)
     return None

@@ -48,8 +48,21 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(line, default=str).decode()
 
 
+def skip_unwritten_fields() -> None:
+    """Stop `logging` filling in, on every record, fields that no line of ours writes.
+
+    A LogRecord looks up its thread, its thread's name and its multiprocessing process's name
+    as it is made; JsonFormatter writes none of them (they are in `_STANDARD`), and building
+    the record was a third of the request line's cost under py-spy (docs/benchmarks.md, "the
+    web tier's CPU a request"). `process` (the pid) is kept: it is one system call.
+    """
+    logging.logThreads = False
+    logging.logMultiprocessing = False
+
+
 def configure_logging(process: str, level: int = logging.INFO) -> None:
     """Send every logger's records to stderr as JSON lines naming `process`."""
+    skip_unwritten_fields()
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter(process))
     root = logging.getLogger()

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, Final
 
@@ -45,9 +46,12 @@ from events.store import (
     Idempotency,
     IdempotencyRecord,
     JsonValue,
+    OutboxRow,
     RecordedEvent,
     StreamAppend,
 )
+from events.stream_locks import StreamLocks, StreamTurn
+from service.runtime.consistency import record_append
 from service.runtime.settings import MULTIPROC_VARIABLE
 
 log = logging.getLogger(__name__)
@@ -81,6 +85,21 @@ WITNESS_COSIGNED_SIZE = Gauge(
     ["witness"],
     multiprocess_mode="max",
 )
+WALLET_CALLS = Counter(
+    "shoebox_wallet_calls_total",
+    "Calls to seamless operators' wallets, by operator, call and class; alert on any fatal.",
+    ["operator", "call", "outcome"],
+)
+WALLET_CALLS_PARKED = Counter(
+    "shoebox_wallet_calls_parked_total",
+    "Owed wallet calls parked on a fatal answer, by operator; each needs an operator.",
+    ["operator"],
+)
+WALLET_CALLS_FLAGGED = Counter(
+    "shoebox_wallet_calls_flagged_total",
+    "Owed wallet calls still unconfirmed after the operator's flag_after_seconds, by operator.",
+    ["operator"],
+)
 FEED_CLIENTS = Gauge(
     "shoebox_feed_clients",
     "Live feed connections open now.",
@@ -89,15 +108,124 @@ FEED_CLIENTS = Gauge(
 )
 
 
+SEQUENCER_LAG = Histogram(
+    "shoebox_sequencer_lag_seconds",
+    "How long the oldest append of each sequencer batch waited for its position.",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0),
+)
+SEQUENCER_BATCH_EVENTS = Histogram(
+    "shoebox_sequencer_batch_events",
+    "Events placed in the log by each sequencer batch.",
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048),
+)
+SEQUENCER_ACTIVE = Gauge(
+    "shoebox_sequencer_active",
+    "1 in the process that holds the sequencer's role; the sum is 1 when all is well.",
+    multiprocess_mode="livesum",
+)
+LOG_BUSY = Counter(
+    "shoebox_log_busy_total",
+    "Appends refused with 503 log-busy, by why: the sequencer behind, a stream's lock, or"
+    " the request's deadline.",
+    ["reason"],
+)
+READS = Counter(
+    "shoebox_reads_total",
+    "GET requests of the API by the pool that served them (primary, replica) and why: no"
+    " replica configured, an exact read, no token, a token the replica had replayed, a"
+    " fallback after the wait, or the replica down.",
+    ["pool", "reason"],
+)
+READ_FALLBACKS = Counter(
+    "shoebox_read_fallbacks_total",
+    "Reads sent to the primary because the replica had not caught up with their consistency"
+    " token within 2 s (replay, or a read model's checkpoint), or had failed to answer.",
+    ["reason"],
+)
+REPLICA_LAG = Gauge(
+    "shoebox_replica_lag_seconds",
+    "How far the read replica's replay was behind, as last seen by a process's reads (0 when"
+    " it had replayed all it received); the largest among the live processes.",
+    multiprocess_mode="livemax",
+)
+
+
+# Each labelled child, once found: `labels()` takes the metric's lock and rebuilds the label
+# tuple on every call, a few per request. The label values are bounded (route templates,
+# methods, statuses, event types), and so is each cache.
+_DURATIONS: dict[tuple[str, str, int], Any] = {}
+_APPENDED: dict[str, Any] = {}
+
+
+def request_duration(route: str, method: str, status: int) -> Any:
+    """HTTP_REQUEST_DURATION's child for a route template, a method and a status."""
+    key = (route, method, status)
+    child = _DURATIONS.get(key)
+    if child is None:
+        child = _DURATIONS[key] = HTTP_REQUEST_DURATION.labels(route, method, str(status))
+    return child
+
+
 def record_appended(streams: Sequence[StreamAppend]) -> None:
     """Count a committed append's events, and the rounds it dealt or voided."""
     for stream in streams:
         for event in stream.events:
-            EVENTS_APPENDED.labels(event.type).inc()
+            counter = _APPENDED.get(event.type)
+            if counter is None:
+                counter = _APPENDED[event.type] = EVENTS_APPENDED.labels(event.type)
+            counter.inc()
             if event.type == CoupCompleted.type:
                 ROUNDS.labels(str(event.payload.get("outcome"))).inc()
             elif event.type == RoundVoided.type:
                 ROUNDS_VOIDED.inc()
+
+
+class _MeteredTurn:
+    """A turn whose append is counted as MeteredEventStore counts one."""
+
+    def __init__(self, inner: StreamTurn) -> None:
+        self._inner = inner
+
+    @property
+    def read_from(self) -> int | None:
+        return self._inner.read_from
+
+    @property
+    def events(self) -> list[RecordedEvent] | None:
+        return self._inner.events
+
+    @property
+    def open(self) -> bool:
+        return self._inner.open
+
+    def append(
+        self,
+        streams: Sequence[StreamAppend],
+        metadata: EventMetadata,
+        idempotency: Idempotency | None = None,
+        outbox: Sequence[OutboxRow] = (),
+    ) -> AppendResult:
+        result = self._inner.append(streams, metadata, idempotency, outbox)
+        # As MeteredEventStore's: the write's last event goes in its consistency token.
+        record_append(result)
+        if not result.replayed:
+            record_appended(streams)
+        return result
+
+
+class MeteredStreamLocks:
+    """Stream locks whose turns' appends are counted (they bypass the metered store)."""
+
+    def __init__(self, inner: StreamLocks) -> None:
+        self._inner = inner
+
+    @contextmanager
+    def hold(
+        self, stream_id: str, timeout: float, *, read_from: int | None = None
+    ) -> Iterator[StreamTurn]:
+        """The inner locks' turn, counted."""
+        with self._inner.hold(stream_id, timeout, read_from=read_from) as turn:
+            yield _MeteredTurn(turn)
 
 
 class MeteredEventStore(EventStore):
@@ -117,9 +245,12 @@ class MeteredEventStore(EventStore):
         streams: Sequence[StreamAppend],
         metadata: EventMetadata,
         idempotency: Idempotency | None = None,
+        outbox: Sequence[OutboxRow] = (),
     ) -> AppendResult:
         """Append through the inner store, then count the events unless it was a replay."""
-        result = self._inner.append(streams, metadata, idempotency)
+        result = self._inner.append(streams, metadata, idempotency, outbox)
+        # The write's last event goes in its consistency token (service/runtime/consistency.py).
+        record_append(result)
         if not result.replayed:
             record_appended(streams)
         return result
@@ -179,17 +310,19 @@ def observe_window_close(deadline: datetime, closed_at: datetime) -> None:
 
 
 class ScrapeTimeGauges(Collector):
-    """The gauges read when scraped: projection lag, RQ queue depth and live workers."""
+    """The gauges read when scraped: projection lag, RQ queues and workers, the unsequenced."""
 
     def __init__(
         self,
         projection_lag: Callable[[], Mapping[str, int]] | None,
         queue_depths: Callable[[], Mapping[str, int]] | None,
         queue_workers: Callable[[], Mapping[str, int]] | None = None,
+        unsequenced: Callable[[], Mapping[str, float]] | None = None,
     ) -> None:
         self._projection_lag = projection_lag
         self._queue_depths = queue_depths
         self._queue_workers = queue_workers
+        self._unsequenced = unsequenced
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         """Yield each gauge whose source answers; log and leave out one that does not."""
@@ -213,8 +346,18 @@ class ScrapeTimeGauges(Collector):
                 "queue",
                 self._queue_workers,
             ),
+            (
+                "shoebox_log_unsequenced",
+                "Committed appends still waiting for the sequencer: how many (at most), and the"
+                " oldest one's age in seconds (appends are refused past 2 s).",
+                "measure",
+                self._unsequenced,
+            ),
         )
-        for name, documentation, label, source in sources:
+        sourced: tuple[tuple[str, str, str, Callable[[], Mapping[str, float]] | None], ...] = (
+            sources
+        )
+        for name, documentation, label, source in sourced:
             if source is None:
                 continue
             try:

@@ -6,6 +6,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
 
+from service.application.operators import operator_of
+from service.application.seamless import SeamlessWalletConfig, WalletConfigError
+from service.runtime.seamless_wallet import load_wallets
+
 DEFAULT_DATA_DIR = Path(".shoebox")
 DEFAULT_API_HOST = "127.0.0.1"
 DEFAULT_API_PORT = 8000
@@ -19,6 +23,7 @@ METRICS_ACCESS = ("open", "key", "off")
 # burst it may send above it. Sized for one casino's lobby at peak, far above any one player.
 DEFAULT_RATE_LIMIT_PER_SECOND = 200.0
 DEFAULT_RATE_LIMIT_BURST = 400
+DEFAULT_CHECKPOINT_INTERVAL_SECONDS = 60.0
 
 
 class SettingsError(ValueError):
@@ -35,6 +40,12 @@ class Settings:
     data_dir: Path = DEFAULT_DATA_DIR
     # The role that may only INSERT and SELECT on the event log; None means database_url's role.
     app_database_url: str | None = None
+    # A streaming replica (or HAProxy's port for them) that serves reads: GETs, the feed,
+    # regulators' exports (docs/scaling.md, "Reads from replicas"). None: all on the primary.
+    # Its user is replaced by the application's role, as DATABASE_URL's is, unless
+    # SHOEBOX_APP_DATABASE_READ_URL names the connection in full.
+    database_read_url: str | None = None
+    app_database_read_url: str | None = None
     # None means any free port; a fixed one lets other tools find the embedded servers.
     embedded_postgres_port: int | None = None
     embedded_redis_port: int | None = None
@@ -49,6 +60,9 @@ class Settings:
     previous_signing_key: str | None = None
     # Where each checkpoint is also appended as a JSON line, e.g. a regulator's mount.
     checkpoint_file: Path | None = None
+    # How often the workers' periodic job signs the log's head (if anything was appended): the
+    # most a signed checkpoint trails the log by, and how soon signing resumes on another host.
+    checkpoint_interval_seconds: float = DEFAULT_CHECKPOINT_INTERVAL_SECONDS
     # The Merkle tree's checkpoints (docs/verification.md, "Proving one round"): the log's
     # origin line, which names this log to verifiers and witnesses; None signs no tree notes
     # (demo mode signs as the example origin). The latest note is also written to note_file.
@@ -70,6 +84,22 @@ class Settings:
     # Demo mode (SHOEBOX_DEMO=1, set by `shoebox run`): serve the /play reference table page,
     # which plays with the demo keys on the browser's behalf (docs/operations.md, "Demo mode").
     demo: bool = False
+    # Seamless operators (docs/wallets.md): SHOEBOX_SEAMLESS_WALLETS_FILE, a TOML file of
+    # `[operators.NAME]` tables, each checked when read: a currency other than the tables' is
+    # refused here, at startup. Every other operator uses the internal wallet.
+    seamless_wallets_file: Path | None = None
+    seamless_wallets: tuple[SeamlessWalletConfig, ...] = ()
+
+    def is_seamless(self, player_id: str) -> bool:
+        """Whether a player key's operator keeps its players' money in its own wallet."""
+        return self.seamless_wallet(operator_of(player_id)) is not None
+
+    def seamless_wallet(self, operator: str) -> SeamlessWalletConfig | None:
+        """The wallet of a seamless operator; None for an operator of the internal wallet."""
+        for config in self.seamless_wallets:
+            if config.operator == operator:
+                return config
+        return None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> Self:
@@ -123,11 +153,21 @@ class Settings:
                 )
             return parsed
 
+        wallets_file = path("SHOEBOX_SEAMLESS_WALLETS_FILE")
+        try:
+            wallets = () if wallets_file is None else tuple(load_wallets(wallets_file).values())
+        except WalletConfigError as error:
+            # The error names the operator and the setting, never a secret's value.
+            raise SettingsError(f"SHOEBOX_SEAMLESS_WALLETS_FILE: {error}") from None
         return cls(
+            seamless_wallets_file=wallets_file,
+            seamless_wallets=wallets,
             database_url=text("DATABASE_URL"),
             redis_url=text("REDIS_URL"),
             data_dir=Path(text("SHOEBOX_DATA_DIR") or DEFAULT_DATA_DIR),
             app_database_url=text("SHOEBOX_APP_DATABASE_URL"),
+            database_read_url=text("DATABASE_READ_URL"),
+            app_database_read_url=text("SHOEBOX_APP_DATABASE_READ_URL"),
             embedded_postgres_port=port("SHOEBOX_POSTGRES_PORT"),
             embedded_redis_port=port("SHOEBOX_REDIS_PORT"),
             api_host=text("SHOEBOX_API_HOST") or DEFAULT_API_HOST,
@@ -137,6 +177,9 @@ class Settings:
             previous_signing_key_file=path("SHOEBOX_PREVIOUS_SIGNING_KEY_FILE"),
             previous_signing_key=text("SHOEBOX_PREVIOUS_SIGNING_KEY"),
             checkpoint_file=path("SHOEBOX_CHECKPOINT_FILE"),
+            checkpoint_interval_seconds=number(
+                "SHOEBOX_CHECKPOINT_INTERVAL_SECONDS", DEFAULT_CHECKPOINT_INTERVAL_SECONDS, 1
+            ),
             log_origin=text("SHOEBOX_LOG_ORIGIN"),
             note_file=path("SHOEBOX_NOTE_FILE"),
             witnesses=_witnesses(text("SHOEBOX_WITNESSES")),

@@ -15,8 +15,11 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,6 +35,53 @@ STOP_TIMEOUT_SECONDS = 60.0
 # choosing it and gunicorn binding it: then a new port is tried, this many times in all.
 PORT_ATTEMPTS = 3
 KEY_LINE = re.compile(r"^  (frontend|ops|regulator) +(sbx_[A-Za-z0-9_-]{43})$", re.MULTILINE)
+WALLET_LINE = re.compile(r"^  wallet +(http://127\.0\.0\.1:\d+) ", re.MULTILINE)
+ADMIN_LINE = re.compile(r"^  admin +(\S+)$", re.MULTILINE)
+CASINO_LINE = re.compile(r"^  casino frontend (sbx_[A-Za-z0-9_-]{43})$", re.MULTILINE)
+
+
+def call(method: str, url: str, token: str, body: dict[str, Any] | None = None) -> Any:
+    """One JSON request; the answer's document (an HTTP error fails the test with its body)."""
+    request = urllib.request.Request(
+        url,
+        data=None if body is None else json.dumps(body).encode(),
+        method=method,
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return json.loads(answer.read())
+    except urllib.error.HTTPError as error:
+        raise AssertionError(f"{method} {url}: {error.code} {error.read()!r}") from None
+
+
+def seamless_bet(banner: str, keys: dict[str, str]) -> None:
+    """README's 'A seamless bet with curl', over HTTP: the demo's seamless operator bets."""
+    (wallet,) = WALLET_LINE.findall(banner)
+    (admin,) = ADMIN_LINE.findall(banner)
+    (casino,) = CASINO_LINE.findall(banner)
+    (api,) = re.findall(r"^Shoebox is running: (\S+)$", banner, re.MULTILINE)
+    call(
+        "POST",
+        f"{wallet}/admin/players",
+        admin,
+        {"player_id": "carol", "currency": "GBP", "deposit": 5000},
+    )
+    token = call("POST", f"{wallet}/admin/sessions", admin, {"player_id": "carol"})
+    session = call(
+        "POST", f"{api}/sessions", casino, {"player_id": "carol", "token": token["session_token"]}
+    )
+    assert session["balance_pence"] == 5000
+    call("POST", f"{api}/tables", keys["ops"], {"table_id": "casino-1"})
+    call("POST", f"{api}/tables/casino-1/seats", casino, {"player_id": "carol", "seat": 1})
+    bet = call(
+        "POST",
+        f"{api}/tables/casino-1/bets",
+        casino,
+        {"player_id": "carol", "spot": "banker", "stake_pence": 500},
+    )
+    assert bet["balance_after"]["available_pence"] == 4500
+    assert call("GET", f"{wallet}/admin/players/carol", admin)["balance"] == 4500
 
 
 def processes_mentioning(text: str) -> list[str]:
@@ -189,6 +239,9 @@ def test_make_run_starts_embedded_servers_prints_a_working_curl_and_stops_on_ctr
         body, _, status = answered.stdout.rpartition("\n")
         assert status == "200", answered.stdout + answered.stderr
         assert json.loads(body) == {"tables": []}
+        # The demo's seamless operator, against the reference wallet `shoebox run` started.
+        assert (data_dir / "demo-wallet.json").stat().st_mode & 0o777 == 0o600
+        seamless_bet(banner, keys)
     finally:
         code = run.interrupt() if run.process.poll() is None else run.process.returncode
         run.kill()
@@ -207,6 +260,10 @@ def test_make_run_reuses_its_demo_keys_on_the_next_start(data_dir: Path) -> None
     second, second_banner = start_run(data_dir)
     try:
         assert dict(KEY_LINE.findall(second_banner)) == keys
+        # The demo wallet's admin token and the casino's key too, so commands copied from the
+        # first run still work (the wallet's port may differ).
+        for line in (ADMIN_LINE, CASINO_LINE):
+            assert line.findall(second_banner) == line.findall(first_banner) != []
     finally:
         assert second.interrupt() == 0, second.output()
     assert set(keys) == {"frontend", "ops", "regulator"}

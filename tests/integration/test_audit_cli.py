@@ -1,21 +1,18 @@
 """`shoebox audit verify` against the real server, including rows edited behind the triggers."""
 
 import dataclasses
-import os
-import secrets
 from collections.abc import Iterator
 
 import psycopg
 import pytest
 from click.testing import CliRunner, Result
-from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from events.canonical import hash_event
 from events.postgres import Pool, PostgresEventStore
 from events.store import EventMetadata, NewEvent, RecordedEvent, StreamAppend
 from service.cli import main
 from tests.contract.event_store import StepClock
+from tests.databases import scratch_database
 
 DEALER = EventMetadata(actor="dealer-7", role="dealer")
 
@@ -133,18 +130,8 @@ def test_a_start_beyond_the_head_is_refused(fresh_database: str, log: list[Recor
 
 @pytest.fixture
 def bare_database(postgres_server_url: str) -> Iterator[str]:
-    name = f"shoebox_bare_{os.getpid()}_{secrets.token_hex(4)}"
-    with psycopg.connect(postgres_server_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    params = conninfo_to_dict(postgres_server_url)
-    params["dbname"] = name
-    try:
-        yield make_conninfo(**params)  # type: ignore[arg-type]
-    finally:
-        with psycopg.connect(postgres_server_url, autocommit=True) as conn:
-            conn.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
+    with scratch_database(postgres_server_url, "shoebox_bare") as url:
+        yield url
 
 
 def test_a_database_without_an_event_log_is_an_error_not_a_clean_bill(bare_database: str) -> None:

@@ -85,7 +85,7 @@ def test_the_events_table_never_gets_a_parallel_plan(conn: psycopg.Connection[An
         conn.execute(setting)
     conn.execute("SET enable_indexscan = off")  # the bitmap scan a 490,000-event log got
 
-    plan = _plan(conn, _READ_STREAM, ["wallet:p", 1990])
+    plan = _plan(conn, _READ_STREAM, ["wallet:p", 1990, "wallet:p", 1990])
 
     assert '"Workers Planned"' not in plan, plan
     assert "Gather" not in plan, plan

@@ -20,6 +20,7 @@ from events.store import (
     IdempotencyRecord,
     JsonValue,
     NewEvent,
+    OutboxRow,
     RecordedEvent,
     StreamAppend,
 )
@@ -44,9 +45,10 @@ class CountingStore(PostgresEventStore):
         streams: Sequence[StreamAppend],
         metadata: EventMetadata,
         idempotency: Idempotency | None = None,
+        outbox: Sequence[OutboxRow] = (),
     ) -> AppendResult:
         self.calls["append"] += 1
-        return super().append(streams, metadata, idempotency)
+        return super().append(streams, metadata, idempotency, outbox)
 
     def read_stream(
         self, stream_id: str, from_version: int = 1, *, upcast: bool = True

@@ -11,6 +11,8 @@ def test_two_players_racing_for_one_free_seat_one_moves_and_the_other_is_told_it
 ) -> None:
     api = Api(store=PostgresEventStore(app_pool))
     api.create_table("T1")
+    api.fund("alice")
+    api.fund("bob")
     api.sit("T1", "alice", 1)
     api.sit("T1", "bob", 2)
 

@@ -14,6 +14,7 @@ from events.store import (
     ConcurrencyConflict,
     EventMetadata,
     Idempotency,
+    OutboxRow,
     StreamAppend,
 )
 from service.application.actor import Actor
@@ -66,6 +67,7 @@ class LosesBets(InMemoryEventStore):
         streams: Sequence[StreamAppend],
         metadata: EventMetadata,
         idempotency: Idempotency | None = None,
+        outbox: Sequence[OutboxRow] = (),
     ) -> AppendResult:
         if (
             metadata.role == "frontend"
@@ -74,7 +76,7 @@ class LosesBets(InMemoryEventStore):
         ):
             self.lost += 1
             raise ConcurrencyConflict("table:T1", 1, 2)
-        return super().append(streams, metadata, idempotency)
+        return super().append(streams, metadata, idempotency, outbox)
 
 
 def casino(time: Time, patience: Patience, window: timedelta) -> tuple[LosesBets, GameService]:

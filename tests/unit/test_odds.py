@@ -272,6 +272,9 @@ def test_exact_odds_match_dealing_every_ordering_of_any_tiny_shoe(values: list[i
     assert exact_odds(counts) == _brute_force_odds(counts)
 
 
+# No deadline: an exact enumeration's time is the machine's load, not the code's (one example
+# took 274 ms in a full suite on 2 busy cores).
+@settings(deadline=None)
 @given(st.lists(st.integers(0, 40), min_size=10, max_size=10).filter(lambda c: sum(c) >= 6))
 def test_outcome_probabilities_sum_to_exactly_one_for_any_shoe(counts: list[int]) -> None:
     odds = exact_odds(counts)

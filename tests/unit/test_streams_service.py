@@ -75,7 +75,7 @@ def test_every_event_type_survives_a_trip_through_the_store_format(
 
 def test_the_registry_covers_table_wallet_player_and_chat_streams() -> None:
     categories = {category for category, _ in EVENT_REGISTRY}
-    assert categories == {"table", "wallet", "player", "chat"}
+    assert categories == {"table", "wallet", "player", "chat", "seamless"}
     # Same name, different facts: told apart by the stream they are in.
     assert EVENT_REGISTRY["table", "StakeReturned"] is not EVENT_REGISTRY["wallet", "StakeReturned"]
 

@@ -100,8 +100,13 @@ class Plan:
         version: int,
         table: Table,
         load_wallet: Callable[[str], tuple[int, Wallet]],
+        seamless: Callable[[str], bool] = lambda player_id: False,
     ) -> None:
         self.table_id = table_id
+        # A seamless player's money is in the operator's wallet: the plan moves no wallet of
+        # theirs, and their debits ride along as events of their seamless stream (`record`).
+        self._seamless = seamless
+        self.recorded: dict[str, tuple[int, list[DomainEvent]]] = {}
         self.version = version
         self.table = table
         self.table_events: list[TableEvent] = []
@@ -142,6 +147,11 @@ class Plan:
                 )
             case _:
                 return
+        if self._seamless(player_id):
+            # Its stakes, wins and returns are calls to the operator's wallet: the debit is
+            # made before the bet is placed, the rest are owed calls that the log's
+            # projection queues (service/application/seamless_calls.py).
+            return
         if player_id not in self.wallets:
             version, wallet = self._load_wallet(player_id)
             self.wallets[player_id] = (version, wallet, [])
@@ -158,8 +168,13 @@ class Plan:
             events.append(wallet_event)
         self.wallets[player_id] = (version, wallet, events)
 
+    def record(self, stream_id: str, version: int, event: DomainEvent) -> None:
+        """Append `event` to `stream_id` (read at `version`) with the table's events."""
+        known, events = self.recorded.get(stream_id, (version, []))
+        self.recorded[stream_id] = (known, [*events, event])
+
     def appends(self) -> list[StreamAppend]:
-        """The table's events, then each wallet's in player order, then the guards."""
+        """The table's events, each wallet's in player order, recorded streams', the guards."""
         appends = [
             StreamAppend(
                 table_stream(self.table_id),
@@ -174,13 +189,21 @@ class Plan:
                     wallet_stream(player_id), version, [to_new_event(event) for event in events]
                 )
             )
+        # A seamless debit follows its BetPlaced, as a wallet's StakeReserved does.
+        for stream_id, (version, recorded) in sorted(self.recorded.items()):
+            appends.append(
+                StreamAppend(stream_id, version, [to_new_event(event) for event in recorded])
+            )
         for stream_id, version in sorted(self.guards.items()):
             appends.append(StreamAppend(stream_id, version, []))
         return appends
 
     def events(self) -> tuple[DomainEvent, ...]:
         """Every event of the plan, in append order."""
+        recorded: list[DomainEvent] = []
+        for stream_id in sorted(self.recorded):
+            recorded.extend(self.recorded[stream_id][1])
         wallet_events: list[DomainEvent] = []
         for player_id in sorted(self.wallets):
             wallet_events.extend(self.wallets[player_id][2])
-        return (*self.table_events, *wallet_events)
+        return (*self.table_events, *wallet_events, *recorded)

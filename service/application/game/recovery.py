@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
@@ -73,8 +73,13 @@ def recover(
     games: GameService,
     clock: Callable[[], datetime],
     open_rounds: OpenRounds | None = None,
+    grace: timedelta = timedelta(0),
 ) -> list[RecoveredRound]:
     """Find every interrupted round and complete it, or void it if it cannot be.
+
+    `grace` leaves a window that has only just closed to the timer that owns it: the periodic
+    sweep passes one, so a healthy round is never recorded as a recovery merely because the
+    sweep ran in the moment between the window's close and the timer's firing.
 
     Only the rounds that the index of open rounds names as past their window are looked at,
     so a sweep costs the same over one table or a thousand idle ones; each is confirmed by
@@ -83,20 +88,24 @@ def recover(
     """
     index = open_rounds if open_rounds is not None else InMemoryOpenRounds(store)
     recovered: list[RecoveredRound] = []
-    for candidate in index.due(clock()):
-        outcome = recover_table(store, games, clock, candidate.table_id)
+    for candidate in index.due(clock() - grace):
+        outcome = recover_table(store, games, clock, candidate.table_id, grace)
         if outcome is not None:
             recovered.append(outcome)
     return recovered
 
 
 def recover_table(
-    store: EventStore, games: GameService, clock: Callable[[], datetime], table_id: str
+    store: EventStore,
+    games: GameService,
+    clock: Callable[[], datetime],
+    table_id: str,
+    grace: timedelta = timedelta(0),
 ) -> RecoveredRound | None:
     """Complete or void the table's interrupted round; None if it has none."""
     table = _table(games, table_id)
     current = table.round if table is not None else None
-    if table is None or current is None or not is_interrupted(current, clock()):
+    if table is None or current is None or not is_interrupted(current, clock() - grace):
         return None
     lost = _lost_shoe(store, table, current)
     if lost is not None:
@@ -104,7 +113,7 @@ def recover_table(
             f"recovery: the secret of shoe {lost} is lost, so round {current.round_id} "
             f"cannot be completed from it"
         )
-        MalfunctionService(store, clock).declare(
+        MalfunctionService(store, clock, games.is_seamless, games.owed).declare(
             table_id, reason, Scope(MalfunctionScope.CURRENT_ROUND), RECOVERY
         )
         log.info("voided interrupted round %s: %s", current.round_id, reason)

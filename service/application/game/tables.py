@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime
@@ -22,6 +22,7 @@ from domain.cards import Card
 from domain.errors import DomainError
 from domain.outcome import Spot
 from domain.round import (
+    BetPlaced,
     CardDrawn,
     Phase,
     RoundOpened,
@@ -57,8 +58,8 @@ from domain.wallet import (
     Wallet,
 )
 from events.snapshots import SnapshotStore
-from events.store import AppendResult, EventStore, JsonValue, StreamAppend
-from events.stream_locks import StreamBusy, StreamLocks
+from events.store import AppendResult, EventStore, JsonValue, OutboxRow, StreamAppend
+from events.stream_locks import StreamBusy, StreamLocks, TurnStore
 from service.application.actor import Actor, Outcome
 from service.application.appends import DEFAULT_PATIENCE, Patience, Prepared, Receipt, run_command
 from service.application.errors import Conflict, RoundNotFound, ServiceError, TableNotFound
@@ -115,8 +116,18 @@ class GameService:
         before_deal_append: Callable[[], None] | None = None,
         snapshots: SnapshotStore | None = None,
         stream_locks: StreamLocks | None = None,
+        seamless: Callable[[str], bool] | None = None,
+        owed: Callable[[Sequence[StreamAppend]], Sequence[OutboxRow]] | None = None,
     ) -> None:
         self._store = store
+        # The calls to seamless wallets an append owes, written in its own transaction
+        # (service/application/seamless_owed.py); none without a seamless operator.
+        self.owed = owed
+        # Which players' money is in their operator's own wallet (service/application/
+        # seamless_bets.py): the plan moves no Shoebox wallet of theirs.
+        self._seamless: Callable[[str], bool] = (
+            seamless if seamless is not None else lambda player_id: False
+        )
         # A test-only hook (service/runtime/failpoints.py): lets an e2e test kill a server mid-deal.
         self._before_deal_append = before_deal_append
         self._clock = clock
@@ -135,13 +146,13 @@ class GameService:
         self._stream_locks = stream_locks
         self._heat = TableHeat(patience.monotonic)
         self._one_try = replace(patience, attempts=1)
-        # Under the table's lock the only racers are writers that take no turn (a process's
-        # first command at a table it has not seen contended): a pause would only let them
-        # win again, so the holder retries at once.
-        self._in_turn = replace(patience, first_pause=0.0, longest_pause=0.0)
         # Injectable so that tests can deal a known shoe; production uses the OS's CSPRNG.
         self._seeds = seeds
         self._client_seeds = client_seeds
+
+    def is_seamless(self, player_id: str) -> bool:
+        """Whether the player's money is in their operator's own wallet."""
+        return self._seamless(player_id)
 
     # Tables.
 
@@ -229,16 +240,52 @@ class GameService:
     # Betting.
 
     def place_bet(
-        self, table_id: str, player_id: str, spot: Spot, stake: int, actor: Actor
+        self,
+        table_id: str,
+        player_id: str,
+        spot: Spot,
+        stake: int,
+        actor: Actor,
+        debit: Callable[[Plan, BetPlaced], None] | None = None,
     ) -> Receipt:
-        """Put a stake on a spot, reserving it from the wallet in the same append."""
+        """Put a stake on a spot, reserving it from the wallet in the same append.
+
+        A seamless player's stake is taken by `debit` instead: called with each bet the plan
+        places, it debits the operator's wallet (or raises) and records the debit in the plan.
+        """
 
         def act(plan: Plan, now: datetime) -> None:
             limit = self._player_limit(plan, player_id)
             self._open_shoe_for_new_round(plan, player_id, now)
-            plan.run(PlaceBet(player_id, Spot(spot), stake, limit), now)
+            placed = plan.run(PlaceBet(player_id, Spot(spot), stake, limit), now)
+            if debit is not None:
+                for event in placed:
+                    if isinstance(event, BetPlaced):
+                        debit(plan, event)
 
         return self._command(table_id, actor, act)
+
+    def preview_bet(
+        self, table_id: str, player_id: str, spot: Spot, stake: int
+    ) -> BetPlaced | None:
+        """The bet `place_bet` would record now into the round open for betting, decided on
+        the table as the log has it, writing nothing; the domain's refusal is raised.
+
+        None when no round is open for betting (the bet would open one, or the table owes an
+        append first): then only the command itself knows the bet's round. A seamless bet
+        debits the operator's wallet with this round's id before taking the table's turn, so
+        a slow wallet never holds up the other players at the table.
+        """
+        now = self._clock()
+        _, table = self._load(table_id)
+        current = table.round
+        if current is None or current.phase is not Phase.BETTING or self._overdue(table, now):
+            return None
+        _, limit = self._limits.limit(self._store, player_id)
+        for event in decide(table, PlaceBet(player_id, Spot(spot), stake, limit.limit), now):
+            if isinstance(event, BetPlaced):
+                return event
+        return None
 
     def remove_bets(self, table_id: str, player_id: str, actor: Actor) -> Receipt:
         """Take all of one's bets back before pressing Deal or Pass."""
@@ -246,15 +293,41 @@ class GameService:
             table_id, actor, lambda plan, now: plan.run(RemoveBets(player_id), now)
         )
 
-    def rebet(self, table_id: str, player_id: str, actor: Actor) -> Receipt:
-        """Repeat one's bets of the last round played at this seat."""
+    def rebet(
+        self,
+        table_id: str,
+        player_id: str,
+        actor: Actor,
+        debit: Callable[[Plan, list[BetPlaced]], None] | None = None,
+    ) -> Receipt:
+        """Repeat one's bets of the last round played at this seat.
+
+        A seamless player's stakes are taken by `debit` instead: called once with every bet
+        the rebet places, it debits each from the operator's wallet (or raises, and nothing is
+        placed) and records the debits in the plan.
+        """
 
         def act(plan: Plan, now: datetime) -> None:
             limit = self._player_limit(plan, player_id)
             self._open_shoe_for_new_round(plan, player_id, now)
-            plan.run(Rebet(player_id, limit), now)
+            placed = plan.run(Rebet(player_id, limit), now)
+            if debit is not None:
+                debit(plan, [event for event in placed if isinstance(event, BetPlaced)])
 
         return self._command(table_id, actor, act)
+
+    def preview_rebet(self, table_id: str, player_id: str) -> list[BetPlaced] | None:
+        """The bets `rebet` would place now into the round open for betting, as `preview_bet`
+        decides a bet: on the table as the log has it, writing nothing; None when no round is
+        open for betting."""
+        now = self._clock()
+        _, table = self._load(table_id)
+        current = table.round
+        if current is None or current.phase is not Phase.BETTING or self._overdue(table, now):
+            return None
+        _, limit = self._limits.limit(self._store, player_id)
+        events = decide(table, Rebet(player_id, limit.limit), now)
+        return [event for event in events if isinstance(event, BetPlaced)]
 
     def press_deal(self, table_id: str, player_id: str, actor: Actor) -> Receipt:
         """Confirm one's bets; the last participant to act brings the deal."""
@@ -302,12 +375,14 @@ class GameService:
 
     # The machinery.
 
-    def _load(self, table_id: str, *, trust_cache: bool = False) -> tuple[int, Table]:
+    def _load(
+        self, table_id: str, *, trust_cache: bool = False, store: EventStore | None = None
+    ) -> tuple[int, Table]:
         if trust_cache:
             cached = self._tables.cached(table_stream(table_id))
             if cached is not None and cached[1] is not None:
                 return cached[0], cached[1]
-        version, table = self._tables.table(self._store, table_id)
+        version, table = self._tables.table(self._store if store is None else store, table_id)
         if table is None:
             raise TableNotFound(table_id)
         return version, table
@@ -356,11 +431,14 @@ class GameService:
         trusted = {"table": True, "rest": True}
         planned: list[Plan] = []
         stream = table_stream(table_id)
+        # The store this command reads the table from and appends through: the turn's, while
+        # it holds the table's turn (events/stream_locks.py), else the service's.
+        stores: list[EventStore] = [self._store]
 
         def plan_command(trust_table: bool, trust_rest: bool) -> Plan:
             now = self._clock()
             cached = None if trust_table else self._tables.cached(stream)
-            version, table = self._load(table_id, trust_cache=trust_table)
+            version, table = self._load(table_id, trust_cache=trust_table, store=stores[0])
             if cached is not None and version > cached[0]:
                 self._heat.note_contended(table_id)  # another process wrote it meanwhile
             if self._overdue(table, now):
@@ -369,7 +447,7 @@ class GameService:
                 self._catch_up(table_id, deadline=deadline)
                 version, table = self._load(table_id)
             wallet = self._cached_wallet if trust_rest else self._wallet
-            plan = Plan(table_id, version, table, wallet)
+            plan = Plan(table_id, version, table, wallet, self._seamless)
             plan.trust_cached_limits = trust_rest
             plan.new_shoe = new_shoe[0]
             try:
@@ -410,7 +488,7 @@ class GameService:
 
         def run(patience: Patience) -> Receipt:
             return run_command(
-                self._store,
+                stores[0],
                 actor,
                 prepare,
                 patience,
@@ -433,13 +511,32 @@ class GameService:
                 return run(self._one_try)
             except Conflict:
                 heat.note_contended(table_id)
-        # Take turns with the table's other writers under its lock, deciding on the table read
-        # under it; the wallets and limits, which others rarely write, come from the cache.
-        # Retries remain for writers that take no turn.
+        # Take turns with the table's other writers, deciding on the table read in the turn
+        # (the events after the cached version, in the turn's first round trip); the wallets
+        # and limits, which others rarely write, come from the cache. The append is made in
+        # the turn's transaction, whose commit ends the turn. Retries remain for writers that
+        # take no turn.
         trusted["table"], trusted["rest"] = False, True
         try:
-            with locks.hold(stream, deadline - self._patience.monotonic()):
-                return run(self._in_turn)
+            while True:
+                cached = self._tables.cached(stream)
+                read_from = None if cached is None else cached[0] + 1
+                try:
+                    with locks.hold(
+                        stream, deadline - self._patience.monotonic(), read_from=read_from
+                    ) as turn:
+                        stores[0] = TurnStore(self._store, stream, turn)
+                        # One try in the turn: its append's commit ends the turn, so a retry
+                        # outside it would race the table's other holders and lose to them.
+                        return run(self._one_try)
+                except Conflict:
+                    # A stream moved by a writer that took no turn, or the player's wallet
+                    # moved by another worker (the cached one was stale): decide again on
+                    # fresh reads, in a turn taken afresh, while the budget lasts.
+                    if deadline - self._patience.monotonic() <= 0:
+                        raise
+                finally:
+                    stores[0] = self._store
         except StreamBusy as error:
             log.warning("%s; answered as a conflict", error)
             raise Conflict([stream], 0) from None
@@ -456,7 +553,7 @@ class GameService:
         def prepare() -> Prepared:
             now = self._clock()
             version, table = self._load(table_id)
-            plan = Plan(table_id, version, table, self._wallet)
+            plan = Plan(table_id, version, table, self._wallet, self._seamless)
             plan.new_shoe = new_shoe[0]
             current = table.round
             if (
@@ -626,7 +723,9 @@ class GameService:
             for event in opened:
                 self._schedule(table_id, event.round_id, datetime.fromisoformat(event.deadline))
 
-        return Prepared(plan.appends(), plan.events(), recorded)
+        appends = plan.appends()
+        outbox = self.owed(appends) if self.owed is not None else ()
+        return Prepared(appends, plan.events(), recorded, outbox)
 
     def _schedule(self, table_id: str, round_id: str, at: datetime) -> None:
         try:

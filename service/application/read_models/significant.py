@@ -1,8 +1,9 @@
 """Which events are significant to a regulator, and of what kind: the rest is routine play.
 
 An event is significant by its type (malfunctions, voids, recoveries, keys, limits, moderation
-and the operators' own events), or by who appended it: every event an operator (an `ops` key
-or the `cli`) appended, and every event recovery appended, whatever its type. Type names come
+and the operators' own events), a wallet's daily reconciliation by finding a difference, or by
+who appended it: every event an operator (an `ops` key or the `cli`) appended, and every event
+recovery appended, whatever its type. Type names come
 from the event classes in domain/, never from strings, so a renamed or new event cannot fall
 silently out of the list.
 
@@ -23,6 +24,7 @@ from domain import round as table_round
 from domain import wallet
 from domain.api_keys import ApiKeyCreated, ApiKeyRevoked
 from domain.player_limits import PlayerLimitSet
+from domain.reconciliation import WalletReconciled
 from domain.table import (
     ClientSeedRotated,
     MalfunctionDeclared,
@@ -39,6 +41,7 @@ from service.application.game.recovery import RECOVERY
 from service.application.keys import CATEGORY as APIKEY_CATEGORY
 from service.application.keys import Role
 from service.application.streams import CHAT, PLAYER, TABLE, WALLET, id_of
+from service.application.wallet_reconciliation import RECONCILIATION
 
 OPERATOR = "operator"
 MODERATION = "moderation"
@@ -47,7 +50,17 @@ RECOVERY_KIND = "recovery"
 MALFUNCTION = "malfunction"
 APIKEY = "apikey"
 LIMIT = "limit"
-KINDS: Final = (OPERATOR, MODERATION, VOID, RECOVERY_KIND, MALFUNCTION, APIKEY, LIMIT)
+RECONCILIATION_KIND = "reconciliation"
+KINDS: Final = (
+    OPERATOR,
+    MODERATION,
+    VOID,
+    RECOVERY_KIND,
+    MALFUNCTION,
+    APIKEY,
+    LIMIT,
+    RECONCILIATION_KIND,
+)
 
 SIGNIFICANT_TYPES: Final[Mapping[str, str]] = {
     TableCreated.type: OPERATOR,
@@ -81,6 +94,11 @@ def kind_of(event: RecordedEvent) -> str | None:
     kind = SIGNIFICANT_TYPES.get(event.type)
     if kind is not None:
         return kind
+    if event.type == WalletReconciled.type:
+        # A day the wallet and the log agree on is routine; one they differ on is not. The
+        # significant-event log lists only significant events, so a clean day is not listed.
+        differences = event.payload.get("differences")
+        return RECONCILIATION_KIND if isinstance(differences, int) and differences > 0 else None
     metadata = event.metadata
     if metadata.role in OPERATOR_ROLES:
         return OPERATOR
@@ -93,7 +111,9 @@ def kind_of(event: RecordedEvent) -> str | None:
 
 # Every category the log holds: an event of any of them is significant when an operator or
 # recovery appended it. The checkpoints' stream is `audit:checkpoints`.
-ALL_CATEGORIES: Final = tuple(sorted({APIKEY_CATEGORY, "audit", CHAT, PLAYER, TABLE, WALLET}))
+ALL_CATEGORIES: Final = tuple(
+    sorted({APIKEY_CATEGORY, "audit", CHAT, PLAYER, RECONCILIATION, TABLE, WALLET})
+)
 
 
 def table_of(event: RecordedEvent) -> str | None:
