@@ -203,13 +203,16 @@ def record_loss(
     force: bool = False,
     seamless: Callable[[str], bool] | None = None,
     owed: Callable[[Sequence[StreamAppend]], Sequence[OutboxRow]] | None = None,
+    place_queued: Callable[[], int] | None = None,
 ) -> RestoreRecorded | None:
     """Record that the log lost its tail (a failover to a standby that lacked it), before play.
 
     The log as it stands is what is kept: LogRestored names its head, and every open shoe is
     retired, as after a restore, because cards dealt in the lost tail may have been seen and
     the shoe would deal them again. None when the kept checkpoints show no loss and `force`
-    is not set (an operator who knows unsigned writes were lost sets it).
+    is not set (an operator who knows unsigned writes were lost sets it). `place_queued`
+    places the appends the promoted server holds committed but unsequenced, after the log
+    is compared with the checkpoints and before LogRestored (as `shoebox restore` does).
     """
     standing = continuity(store, kept)
     if standing.rewritten:
@@ -225,11 +228,13 @@ def record_loss(
     target = f"failover: the log ends at position {standing.head}" + (
         "" if last_lost is None else f"; kept checkpoints reach {last_lost}"
     )
+    placed = 0 if place_queued is None else place_queued()
     return record_restore(
         store,
         clock,
         actor,
-        last_position_kept=standing.head,
+        last_position_kept=standing.head + placed,
+        recovered_head=standing.head,
         recovery_target=target,
         reason=reason,
         # A seamless player's voided stakes are rollbacks owed to their wallet, as in a restore.

@@ -225,6 +225,7 @@ def record_loss_command(kept_file: Path, reason: str, force: bool, dry_run: bool
                     raise click.exceptions.Exit(1)
                 return
             try:
+                from service.cli.restore import place_queued_appends
                 from service.runtime.seamless_wiring import owed_calls
 
                 settings = Settings.from_env()
@@ -237,6 +238,7 @@ def record_loss_command(kept_file: Path, reason: str, force: bool, dry_run: bool
                     force=force,
                     seamless=settings.is_seamless,
                     owed=owed_calls(settings, pool),
+                    place_queued=lambda: place_queued_appends(pool),
                 )
             except RestoreNotRecordableError as error:
                 click.echo(f"REWRITTEN: {error}", err=True)

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Final
 import click
 import psycopg
 
-from events.postgres import connect_kwargs
+from events.postgres import Pool, connect_kwargs
 from service.runtime.settings import Settings
 
 if TYPE_CHECKING:
@@ -222,6 +222,15 @@ def restore(
     click.echo(json.dumps(outcome))
 
 
+def place_queued_appends(pool: Pool) -> int:
+    """Sequence what the queue holds, with no sequencer running; the events placed."""
+    from events.postgres import one_statement
+    from events.sequencer import place_queued
+
+    with one_statement(pool) as conn:
+        return place_queued(conn)
+
+
 def _record(url: str, head: int, xid: str, reason: str) -> tuple[int, RestoreRecorded]:
     """Record the restore at `head`; first the events placed from the kept queue, if any.
 
@@ -229,8 +238,7 @@ def _record(url: str, head: int, xid: str, reason: str) -> tuple[int, RestoreRec
     have sequenced them all by then: they wait in the queue, acknowledged. They are placed
     now, after the recovered head and before LogRestored, which names both ends.
     """
-    from events.postgres import PostgresEventStore, one_statement, open_pool
-    from events.sequencer import place_queued
+    from events.postgres import PostgresEventStore, open_pool
     from events.store import utc_now
     from service.application.actor import Actor
     from service.application.restores import RestoreNotRecordableError, record_restore
@@ -240,8 +248,7 @@ def _record(url: str, head: int, xid: str, reason: str) -> tuple[int, RestoreRec
     settings = Settings.from_env()
     try:
         with open_pool(url, max_size=2) as pool:
-            with one_statement(pool) as conn:
-                placed = place_queued(conn)
+            placed = place_queued_appends(pool)
             return placed, record_restore(
                 PostgresEventStore(pool, upcasters=upcasters()),
                 utc_now,

@@ -60,6 +60,17 @@ def cut_after(database: str, position: int) -> None:
         )
 
 
+def queue_old_appends(pool: Pool, database: str, count: int) -> None:
+    """`count` appends committed and left unsequenced an hour ago, as a recovery keeps them."""
+    queued = PostgresEventStore(pool, sequencing="background")
+    for n in range(count):
+        note = NewEvent("ApiKeyRevoked", {"key_id": f"k{n}", "reason": "queued"})
+        queued.append([StreamAppend(f"test:queued-{n}", 0, [note])], OPS.metadata())
+    with psycopg.connect(database, autocommit=True) as conn:
+        conn.execute("SET session_replication_role = replica")  # past the append-only guard
+        conn.execute("UPDATE unsequenced_events SET queued_at = queued_at - interval '1 hour'")
+
+
 def test_a_recorded_restore_reports_the_checkpoints_it_lost_and_no_later_cut(
     tmp_path: Path, fresh_database: str, app_pool: Pool
 ) -> None:
@@ -152,13 +163,7 @@ def test_a_restore_places_the_appends_recovery_kept_unsequenced_before_its_recor
     # have sequenced them all: they come back queued, and look as old as they are.
     add_events(fresh_database, "a", "b")
     head = PostgresEventStore(app_pool).head()
-    queued = PostgresEventStore(app_pool, sequencing="background")
-    for n in range(3):
-        note = NewEvent("ApiKeyRevoked", {"key_id": f"k{n}", "reason": "queued"})
-        queued.append([StreamAppend(f"test:queued-{n}", 0, [note])], OPS.metadata())
-    with psycopg.connect(fresh_database, autocommit=True) as conn:
-        conn.execute("SET session_replication_role = replica")  # past the append-only guard
-        conn.execute("UPDATE unsequenced_events SET queued_at = queued_at - interval '1 hour'")
+    queue_old_appends(app_pool, fresh_database, 3)
 
     placed, recorded = _record(fresh_database, head, "1", "drill")
 

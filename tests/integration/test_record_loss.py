@@ -16,7 +16,7 @@ from events.postgres import Pool, PostgresEventStore
 from service.application.restores import continuity, restores
 from service.cli.audit import refuse_to_start_on_cut_log
 from service.runtime.settings import Settings
-from tests.integration.test_log_restored import add_events, cut_after, run, sign
+from tests.integration.test_log_restored import add_events, cut_after, queue_old_appends, run, sign
 
 
 def test_a_lost_tail_stops_play_from_starting_until_record_loss_records_it(
@@ -128,3 +128,35 @@ def test_force_records_a_loss_no_kept_checkpoint_shows(
     )
     assert forced.exit_code == 0, forced.output
     assert len(restores(PostgresEventStore(app_pool))) == 1
+
+
+def test_record_loss_places_the_queued_appends_after_the_head_it_compared(
+    tmp_path: Path, fresh_database: str, app_pool: Pool
+) -> None:
+    key, kept = tmp_path / "signing.key", tmp_path / "kept.jsonl"
+    run(fresh_database, "keys", "signing-key", "create", "--out", str(key))
+    add_events(fresh_database, "a", "b")
+    first = sign(fresh_database, key, kept)
+    add_events(fresh_database, "c", "d")
+    second = sign(fresh_database, key, kept)
+    cut_after(fresh_database, first + 1)
+    # The promoted standby also holds an append its old primary committed but had not
+    # sequenced: it is older than the log's back-pressure bound by the time ops record.
+    queue_old_appends(app_pool, fresh_database, 2)
+
+    recorded = run(
+        fresh_database, "audit", "record-loss", "--checkpoint", str(kept), "--reason", "x"
+    )
+    assert recorded.exit_code == 0, recorded.output
+    assert f"the log kept to position {first + 3}" in recorded.output
+    ((at, restored),) = restores(PostgresEventStore(app_pool))
+    assert (at, restored.recovered_head, restored.last_position_kept) == (
+        first + 4,
+        first + 1,
+        first + 3,
+    )
+    verified = run(fresh_database, "audit", "verify", "--checkpoint", str(kept))
+    assert verified.exit_code == 0, verified.output
+    assert f"checkpoint at position {second}: LOST by the restore recorded at position {at}" in (
+        verified.output
+    )
