@@ -89,14 +89,14 @@ _APPEND_BATCH = (
 # double quote of every document with a regular expression, which cost a bet more time than
 # the rest of its Python together. The two last arguments bound the append's wait for its
 # rows' locks and the sequencer's backlog, so the append is one statement and one round trip.
-# One append alone, as a writer in its stream's turn sends it (append_in_transaction): the
-# same function, its five arrays of one element each.
+# One append alone (a writer in its stream's turn, or a group-commit call with one append, the
+# usual one): migrations/0070's append_one(), which takes a fresh, well-formed append in one
+# statement and hands anything else to append_batch() in the same transaction.
 WAL_POSITION: Final = "SELECT pg_current_wal_lsn()::text"
 """The primary's WAL write position; read after a commit, at or past its commit record."""
-_APPEND_BATCH_ONE = (
+_APPEND_ONE = (
     "SELECT append_id, replayed_result, replayed_response, error_code, error_detail"
-    " FROM append_batch(ARRAY[%s]::text[], ARRAY[%s]::text[], ARRAY[%s]::text[],"
-    " ARRAY[%s]::text[], ARRAY[%s]::text[], %s, %s)"
+    " FROM append_one(%s, %s, %s, %s, %s, %s, %s)"
 )
 MAX_BATCH: Final = 64
 """Appends in one call at most: a bound on one statement's work and on the lock's hold."""
@@ -791,7 +791,7 @@ class PostgresEventStore(EventStore):
                 # WAL position read after the COMMIT, in its own implicit transaction, is at or
                 # past the commit record: the write's consistency token, with no round trip
                 # of its own (service/web/consistency.py).
-                cursor.execute(_APPEND_BATCH_ONE + "; COMMIT; " + WAL_POSITION, arguments)
+                cursor.execute(_APPEND_ONE + "; COMMIT; " + WAL_POSITION, arguments)
                 pending.row = cursor.fetchone()
                 cursor.nextset()  # the COMMIT's
                 if cursor.nextset():
@@ -799,7 +799,7 @@ class PostgresEventStore(EventStore):
                     if position is not None and position[0] is not None:
                         pending.commit_lsn = str(position[0])
             else:
-                cursor.execute(_APPEND_BATCH_ONE, arguments)
+                cursor.execute(_APPEND_ONE, arguments)
                 row = cursor.fetchone()
                 assert row is not None  # one row for the append given
                 if row[1] is None and row[3] is None:
@@ -933,10 +933,15 @@ class PostgresEventStore(EventStore):
 
     def _append_batch(self, batch: Sequence[_PendingAppend]) -> None:
         """One call of append_batch() for these appends; each gets its row or the error."""
-        columns: list[list[str | None]] = [[], [], [], [], []]
-        for pending in batch:
-            for column, value in zip(columns, pending.arguments(), strict=True):
-                column.append(value)
+        # One append alone (the usual call) goes to append_one(), the rest to append_batch().
+        query: str = _APPEND_ONE if len(batch) == 1 else _APPEND_BATCH
+        columns: list[Any] = [[], [], [], [], []]
+        if len(batch) == 1:
+            columns = list(batch[0].arguments())
+        else:
+            for pending in batch:
+                for column, value in zip(columns, pending.arguments(), strict=True):
+                    column.append(value)
         # One autocommit statement is one transaction and one round trip: the commit (and its
         # flush) ends the statement before the server answers.
         deadline_binds = False
@@ -951,7 +956,7 @@ class PostgresEventStore(EventStore):
                         # tenth of an append's server CPU. (It was never prepared while it ran
                         # in a pipeline, where a failed statement's Parse is skipped.)
                         rows = conn.execute(
-                            _APPEND_BATCH,
+                            query,
                             [*columns, _milliseconds(wait_limit), self._backlog_bound],
                             prepare=True,
                         ).fetchall()
@@ -990,7 +995,7 @@ class PostgresEventStore(EventStore):
         no row outlives an append that was not made. Not in a group-commit batch, whose other
         appends would share the rows' fate; outbox appends are rare beside bets.
         """
-        columns = [[value] for value in pending.arguments()]
+        columns = pending.arguments()
         statements = [_outbox_insert(row) for row in outbox]
         deadline_binds = False
         try:
@@ -1000,7 +1005,7 @@ class PostgresEventStore(EventStore):
                         wait_limit, deadline_binds = self._wait_within_deadline()
                         with conn.transaction() as transaction:
                             row = conn.execute(
-                                _APPEND_BATCH,
+                                _APPEND_ONE,
                                 [*columns, _milliseconds(wait_limit), self._backlog_bound],
                                 prepare=False,
                             ).fetchone()

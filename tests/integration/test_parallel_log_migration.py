@@ -20,6 +20,11 @@ _OLD_APPEND = (
     "%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], NULL)"
 )
 
+_BATCH_OF_ONE = (
+    "SELECT * FROM append_batch(ARRAY[%s]::text[], ARRAY[NULL]::text[], ARRAY[NULL]::text[],"
+    " ARRAY[NULL]::text[], NULL, NULL, NULL)"
+)
+
 
 def _stake(amount: int) -> NewEvent:
     return NewEvent("StakeReserved", {"amount": amount})
@@ -124,7 +129,13 @@ def test_appends_queued_before_the_sequencers_floor_are_placed_after_it_migrates
         with open_pool(app_conninfo(old_url, environ={}), max_size=2) as pool:
             store = PostgresEventStore(pool, sequencing="background", backlog_bound=None)
             for n in range(4):
-                store.append([StreamAppend(f"wallet:p{n}", 0, [_stake(n)])], DEALER)
+                # Through append_batch(), as the store sent every append before 0070 gave it
+                # append_one().
+                documents = append_documents(
+                    [StreamAppend(f"wallet:p{n}", 0, [_stake(n)])], DEALER, utc_now()
+                )
+                with pool.connection() as conn:
+                    conn.execute(_BATCH_OF_ONE, [documents])
                 if n == 1:
                     store.sequence()
             assert store.head() == 2

@@ -1,0 +1,272 @@
+"""append_one() (migration 0070): one append in one statement, else append_batch()'s answer.
+
+Every case runs twice on the real server, through append_one() and through append_batch()
+alone, each on streams and keys of its own, and must give the same answer and leave the same
+rows. append_one() must take each fresh, well-formed append itself and hand every other one
+(a new stream, a stale version or guard, a replay, a reused key, a stream named twice) to
+append_batch(). It takes its locks in append_batch()'s order, so the two never deadlock.
+"""
+
+import json
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+import pytest
+
+from events.postgres import app_conninfo, append_documents
+from events.store import EventMetadata, NewEvent, StreamAppend
+
+DEALER = EventMetadata(actor="dealer-7", role="dealer")
+AT = datetime(2026, 12, 7, 12, 0, tzinfo=UTC)
+_ONE = (
+    "SELECT append_id, replayed_result, replayed_response, error_code, error_detail, taken_by"
+    " FROM append_one(%s, %s, %s, %s, %s, %s, %s)"
+)
+_BATCH = (
+    "SELECT append_id, replayed_result, replayed_response, error_code, error_detail"
+    " FROM append_batch(ARRAY[%s]::text[], ARRAY[%s]::text[], ARRAY[%s]::text[],"
+    " ARRAY[%s]::text[], ARRAY[%s]::text[], %s, %s)"
+)
+SIDES = ("one", "batch")
+FAST = "one statement"
+FALLBACK = "append_batch"
+
+
+def stake(amount: int) -> NewEvent:
+    return NewEvent("StakeReserved", {"amount": amount})
+
+
+@dataclass(frozen=True)
+class Case:
+    """One append, its streams named without their side's prefix, and the path it must take."""
+
+    name: str
+    writes: Sequence[tuple[str, int, int]]  # (stream, first new version, events)
+    path: str
+    guards: Sequence[tuple[str, int]] = ()
+    key: str | None = None
+    fingerprint: str | None = None
+    response: object = None
+
+    def arguments(self, side: str) -> list[str | None]:
+        """append_one()'s first five arguments on `side`'s streams."""
+        streams = [
+            StreamAppend(f"{side}-{stream}", first - 1, [stake(first + n) for n in range(count)])
+            for stream, first, count in self.writes
+        ]
+        guards = [[f"{side}-{stream}", version] for stream, version in self.guards]
+        return [
+            append_documents(streams, DEALER, AT),
+            None if self.key is None else f"{side}-{self.key}",
+            self.fingerprint,
+            None if self.response is None else json.dumps(self.response),
+            json.dumps(guards) if guards else None,
+        ]
+
+
+CASES = [
+    Case("a new stream", [("wallet:a", 1, 1)], FALLBACK),
+    Case("fresh, on a stream that has its head", [("wallet:a", 2, 1)], FAST),
+    Case("a new stream beside an old one", [("wallet:a", 3, 1), ("table:t", 1, 1)], FALLBACK),
+    Case(
+        "a guard on a stream never written, with a key and a response",
+        [("wallet:a", 4, 1), ("table:t", 2, 1)],
+        FALLBACK,
+        guards=[("limit:p", 0)],
+        key="k1",
+        fingerprint="f1",
+        response={"placed": 1},
+    ),
+    Case(
+        "fresh, guarded, with a key and a response",
+        [("table:t", 3, 1), ("wallet:a", 5, 1)],
+        FAST,
+        guards=[("limit:p", 0)],
+        key="k2",
+        fingerprint="f2",
+        response={"placed": 2},
+    ),
+    Case("a stale version", [("wallet:a", 5, 1)], FALLBACK),
+    Case(
+        "a replay",
+        [("table:t", 3, 1), ("wallet:a", 5, 1)],
+        FALLBACK,
+        guards=[("limit:p", 0)],
+        key="k2",
+        fingerprint="f2",
+        response={"placed": 2},
+    ),
+    Case(
+        "a key reused for another request",
+        [("wallet:a", 6, 1)],
+        FALLBACK,
+        key="k2",
+        fingerprint="another",
+    ),
+    Case("a stale guard", [("wallet:a", 6, 1)], FALLBACK, guards=[("limit:p", 1)]),
+    Case("a stream written and guarded", [("wallet:a", 6, 1)], FALLBACK, guards=[("wallet:a", 5)]),
+    Case("a stream guarded twice", [("wallet:a", 7, 1)], FALLBACK, guards=[("limit:p", 0)] * 2),
+    Case("several events on several streams", [("wallet:a", 8, 2), ("table:t", 4, 3)], FAST),
+    Case("a key with no response", [("wallet:a", 10, 1)], FAST, key="k3", fingerprint="f3"),
+]
+
+
+def _unprefixed(value: Any, side: str) -> Any:
+    return value.replace(f"{side}-", "") if isinstance(value, str) else value
+
+
+def _rows(conn: psycopg.Connection[Any], side: str) -> dict[str, list[tuple[Any, ...]]]:
+    """Everything an append writes, on `side`'s streams and keys, with its prefix taken off."""
+    like = f"{side}-%"
+    queries = {
+        "queued": "SELECT n, stream_id, version, prefix, suffix FROM unsequenced_events"
+        " WHERE stream_id LIKE %s ORDER BY append_id, n",
+        "heads": "SELECT stream_id, version FROM stream_heads WHERE stream_id LIKE %s"
+        " ORDER BY version, stream_id",
+        "keys": "SELECT key, fingerprint, result::text, recorded_at FROM idempotency_keys"
+        " WHERE key LIKE %s ORDER BY recorded_at, key",
+        "responses": "SELECT key, response::text FROM idempotency_responses WHERE key LIKE %s"
+        " ORDER BY key",
+        "places": "SELECT count(DISTINCT append_id) FROM unsequenced_events"
+        " WHERE stream_id LIKE %s",
+    }
+    return {
+        name: [
+            tuple(_unprefixed(value, side) for value in row)
+            for row in conn.execute(query, [like]).fetchall()
+        ]
+        for name, query in queries.items()
+    }
+
+
+def _answer(row: Sequence[Any], side: str) -> tuple[Any, ...]:
+    """An answer as both functions give it: whether it was placed, and the rest unprefixed."""
+    return (row[0] is not None, *(_unprefixed(value, side) for value in row[1:5]))
+
+
+def test_each_case_gets_append_batchs_answer_and_rows_and_only_fresh_ones_take_one_statement(
+    fresh_database: str,
+) -> None:
+    answers: dict[str, list[tuple[Any, ...]]] = {side: [] for side in SIDES}
+    paths = []
+    with psycopg.connect(app_conninfo(fresh_database, environ={}), autocommit=True) as conn:
+        for case in CASES:
+            one = conn.execute(_ONE, [*case.arguments("one"), "2000ms", "60s"]).fetchone()
+            batch = conn.execute(_BATCH, [*case.arguments("batch"), "2000ms", "60s"]).fetchone()
+            assert one is not None
+            assert batch is not None
+            answers["one"].append(_answer(one, "one"))
+            answers["batch"].append(_answer(batch, "batch"))
+            paths.append((case.name, one[5]))
+    with psycopg.connect(fresh_database) as owner:  # the app role may not read the heads
+        rows = {side: _rows(owner, side) for side in SIDES}
+    assert paths == [(case.name, case.path) for case in CASES]
+    assert answers["one"] == answers["batch"]
+    # The cases above cover placed appends, refusals of each kind and a replay.
+    codes = [answer[3] for answer in answers["one"]]
+    assert codes.count(None) == 10
+    assert codes.count("SB001") == 2
+    assert codes.count("SB002") == 1
+    assert any(answer[1] is not None for answer in answers["one"])
+    assert rows["one"] == rows["batch"]
+    assert rows["one"]["places"] == [(9,)]
+
+
+@pytest.mark.parametrize(
+    ("document", "key", "response", "sqlstate"),
+    [
+        ("not an event", None, None, "22023"),
+        ('{"a":1,"position":\n,"recorded_at":"x"', None, None, "22P02"),
+        ("{}\n{}", None, None, "22023"),
+        (None, None, '{"r":1}', "22023"),  # a response with no key
+    ],
+    ids=["one-part", "unparsable", "no-recorded-at", "response-without-key"],
+)
+def test_malformed_input_is_refused_as_append_batch_refuses_it_and_nothing_is_written(
+    fresh_database: str, document: str | None, key: str | None, response: str | None, sqlstate: str
+) -> None:
+    if document is None:
+        document = Case("", [("wallet:m", 1, 1)], "").arguments("x")[0]
+    with psycopg.connect(app_conninfo(fresh_database, environ={}), autocommit=True) as conn:
+        for query in (_ONE, _BATCH):
+            with pytest.raises(psycopg.Error) as raised:
+                conn.execute(query, [document, key, None, response, None, None, None])
+            assert raised.value.sqlstate == sqlstate
+    with psycopg.connect(fresh_database) as owner:
+        written = owner.execute(
+            "SELECT (SELECT count(*) FROM unsequenced_events), (SELECT count(*) FROM stream_heads)"
+        ).fetchone()
+    assert written == (0, 0)
+
+
+def test_a_busy_log_refuses_before_any_lock_or_write(fresh_database: str) -> None:
+    case = Case("", [("wallet:b", 2, 1)], FAST, key="kb", fingerprint="f")
+    with (
+        psycopg.connect(app_conninfo(fresh_database, environ={}), autocommit=True) as conn,
+        psycopg.connect(fresh_database, autocommit=True) as owner,
+    ):
+        conn.execute(_ONE, [*Case("", [("wallet:b", 1, 1)], "").arguments("x"), None, None])
+        # The queue's only append has waited ten seconds: no sequencer is running.
+        owner.execute("ALTER TABLE unsequenced_events DISABLE TRIGGER USER")
+        owner.execute("UPDATE unsequenced_events SET queued_at = queued_at - interval '10 s'")
+        owner.execute("ALTER TABLE unsequenced_events ENABLE TRIGGER USER")
+        with pytest.raises(psycopg.Error) as raised:
+            conn.execute(_ONE, [*case.arguments("x"), "2000ms", "2s"])
+        assert raised.value.sqlstate == "SB003"
+        assert float(raised.value.diag.message_detail or 0) >= 10
+        assert owner.execute("SELECT version FROM stream_heads").fetchall() == [(1,)]
+        assert owner.execute("SELECT count(*) FROM idempotency_keys").fetchone() == (0,)
+        # Unbounded, the same append goes in by the one statement.
+        placed = conn.execute(_ONE, [*case.arguments("x"), "2000ms", None]).fetchone()
+    assert placed is not None
+    assert placed[5] == FAST
+
+
+def test_crossed_guards_on_both_paths_wait_in_one_order_and_never_deadlock(
+    fresh_database: str,
+) -> None:
+    """A writes x and guards y; B writes y and guards x. Both lock x first (sorted), so B
+    waits for A, then finds its guard on x stale: a refusal, never a deadlock."""
+    url = app_conninfo(fresh_database, environ={})
+    with psycopg.connect(url, autocommit=True) as setup:
+        for stream in ("x", "y"):
+            setup.execute(_BATCH, [*Case("", [(stream, 1, 1)], "").arguments("s"), None, None])
+    x_at = 1
+    for a_query, b_query in ((_ONE, _BATCH), (_BATCH, _ONE), (_ONE, _ONE)):
+        a_writes = Case("", [("x", x_at + 1, 1)], FAST, guards=[("y", 1)])
+        b_writes = Case("", [("y", 2, 1)], FALLBACK, guards=[("x", x_at)])
+        with psycopg.connect(url) as a, psycopg.connect(url, autocommit=True) as b:
+            a.execute(a_query, [*a_writes.arguments("s"), "5000ms", None])
+            answer: list[tuple[Any, ...] | None] = []
+            error: list[BaseException] = []
+
+            def b_appends(
+                query: str = b_query,
+                b: psycopg.Connection[Any] = b,
+                case: Case = b_writes,
+                answer: list[tuple[Any, ...] | None] = answer,
+                error: list[BaseException] = error,
+            ) -> None:
+                try:
+                    arguments = [*case.arguments("s"), "5000ms", None]
+                    answer.append(b.execute(query, arguments).fetchone())
+                except BaseException as raised:  # reported below, in the test's thread
+                    error.append(raised)
+
+            waiter = threading.Thread(target=b_appends)
+            waiter.start()
+            waiter.join(0.5)
+            assert waiter.is_alive(), "B did not wait for A's lock on x"
+            a.commit()
+            waiter.join(10)
+            assert not waiter.is_alive()
+            assert not error, error
+            assert answer[0] is not None
+            assert answer[0][3] == "SB001"
+            stale = {"stream_id": "s-x", "expected": x_at, "actual": x_at + 1}
+            assert json.loads(answer[0][4]) == stale
+        x_at += 1
