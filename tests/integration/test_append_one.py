@@ -203,27 +203,91 @@ def test_malformed_input_is_refused_as_append_batch_refuses_it_and_nothing_is_wr
     assert written == (0, 0)
 
 
-def test_a_busy_log_refuses_before_any_lock_or_write(fresh_database: str) -> None:
+def _make_busy(owner: psycopg.Connection[Any]) -> None:
+    """Age every queued append by ten seconds, as if no sequencer had run for that long."""
+    owner.execute("ALTER TABLE unsequenced_events DISABLE TRIGGER USER")
+    owner.execute("UPDATE unsequenced_events SET queued_at = queued_at - interval '10 s'")
+    owner.execute("ALTER TABLE unsequenced_events ENABLE TRIGGER USER")
+
+
+def test_a_busy_log_refuses_before_any_lock_write_or_transaction_id(fresh_database: str) -> None:
     case = Case("", [("wallet:b", 2, 1)], FAST, key="kb", fingerprint="f")
     with (
         psycopg.connect(app_conninfo(fresh_database, environ={}), autocommit=True) as conn,
         psycopg.connect(fresh_database, autocommit=True) as owner,
     ):
         conn.execute(_ONE, [*Case("", [("wallet:b", 1, 1)], "").arguments("x"), None, None])
-        # The queue's only append has waited ten seconds: no sequencer is running.
-        owner.execute("ALTER TABLE unsequenced_events DISABLE TRIGGER USER")
-        owner.execute("UPDATE unsequenced_events SET queued_at = queued_at - interval '10 s'")
-        owner.execute("ALTER TABLE unsequenced_events ENABLE TRIGGER USER")
+        _make_busy(owner)
         with pytest.raises(psycopg.Error) as raised:
             conn.execute(_ONE, [*case.arguments("x"), "2000ms", "2s"])
         assert raised.value.sqlstate == "SB003"
         assert float(raised.value.diag.message_detail or 0) >= 10
         assert owner.execute("SELECT version FROM stream_heads").fetchall() == [(1,)]
         assert owner.execute("SELECT count(*) FROM idempotency_keys").fetchone() == (0,)
+        # Refused in a savepoint, it left the transaction without an id: it locked nothing
+        # and drew no place (a refusal under load costs no id and no abort record).
+        conn.execute("BEGIN")
+        conn.execute("SAVEPOINT refused")
+        with pytest.raises(psycopg.Error):
+            conn.execute(_ONE, [*case.arguments("x"), "2000ms", "2s"])
+        conn.execute("ROLLBACK TO SAVEPOINT refused")
+        assigned = conn.execute("SELECT pg_current_xact_id_if_assigned()").fetchone()
+        conn.execute("ROLLBACK")
+        assert assigned == (None,)
         # Unbounded, the same append goes in by the one statement.
         placed = conn.execute(_ONE, [*case.arguments("x"), "2000ms", None]).fetchone()
     assert placed is not None
     assert placed[5] == FAST
+
+
+def test_a_busy_log_refuses_malformed_input_as_busy_first_as_append_batch_does(
+    fresh_database: str,
+) -> None:
+    with (
+        psycopg.connect(app_conninfo(fresh_database, environ={}), autocommit=True) as conn,
+        psycopg.connect(fresh_database, autocommit=True) as owner,
+    ):
+        conn.execute(_ONE, [*Case("", [("wallet:c", 1, 1)], "").arguments("x"), None, None])
+        _make_busy(owner)
+        unparsable = '{"a":1,"position":\n,"recorded_at":"x'
+        for query in (_ONE, _BATCH):
+            for guards in (None, "not json"):
+                with pytest.raises(psycopg.Error) as raised:
+                    conn.execute(query, [unparsable, None, None, None, guards, None, "2s"])
+                assert raised.value.sqlstate == "SB003"
+
+
+def test_its_reads_of_the_heads_stay_index_probes_when_planned_while_they_were_few(
+    fresh_database: str,
+) -> None:
+    """The function's plans are made once a session (generic): the first made while the heads
+    were few and freshly analysed must still probe the primary key, not read it whole."""
+    plans: list[str] = []
+    with psycopg.connect(fresh_database, autocommit=True) as owner:
+        owner.execute(_BATCH, [*Case("", [("wallet:d", 1, 1)], "").arguments("x"), None, None])
+        owner.execute("ANALYZE stream_heads")
+        owner.execute("LOAD 'auto_explain'")
+        for setting in (
+            "auto_explain.log_min_duration = 0",
+            "auto_explain.log_nested_statements = on",
+            "client_min_messages = log",
+        ):
+            owner.execute(f"SET {setting}")
+        owner.add_notice_handler(lambda notice: plans.append(notice.message_primary or ""))
+        case = Case("", [("wallet:d", 2, 1)], FAST, guards=[("wallet:e", 1)])
+        owner.execute(_BATCH, [*Case("", [("wallet:e", 1, 1)], "").arguments("x"), None, None])
+        answer = owner.execute(_ONE, [*case.arguments("x"), "2000ms", None]).fetchone()
+    assert answer is not None
+    assert answer[5] == FAST
+    statement = next(plan for plan in plans if "WITH bounds AS MATERIALIZED" in plan)
+    lines = statement.splitlines()
+    for n, line in enumerate(lines):
+        if "on stream_heads" in line and "Scan" in line:
+            # Every scan of the heads is bounded by a stream id.
+            assert any("Index Cond: (stream_id =" in later for later in lines[n + 1 : n + 3]), (
+                "\n".join(lines[max(0, n - 3) : n + 4])
+            )
+    assert "Materialize" not in statement
 
 
 def test_crossed_guards_on_both_paths_wait_in_one_order_and_never_deadlock(
@@ -270,3 +334,37 @@ def test_crossed_guards_on_both_paths_wait_in_one_order_and_never_deadlock(
             stale = {"stream_id": "s-x", "expected": x_at, "actual": x_at + 1}
             assert json.loads(answer[0][4]) == stale
         x_at += 1
+
+
+def test_a_replay_that_waited_for_its_rows_is_answered_though_the_log_grew_busy_meanwhile(
+    fresh_database: str,
+) -> None:
+    """The backlog is checked once, before any wait, as append_batch() alone checks it: the
+    fallback after a wait does not check it again."""
+    url = app_conninfo(fresh_database, environ={})
+    first = Case("", [("wallet:r", 1, 1)], FALLBACK, key="kr", fingerprint="f")
+    with psycopg.connect(url, autocommit=True) as conn:
+        # Queued, and no sequencer runs: from now on the oldest append ages.
+        conn.execute(_ONE, [*first.arguments("x"), "5000ms", None])
+    with psycopg.connect(url) as holder, psycopg.connect(url, autocommit=True) as replayer:
+        holder.execute(_ONE, [*Case("", [("wallet:r", 2, 1)], FAST).arguments("x"), None, None])
+        answers: list[tuple[Any, ...] | None] = []
+        errors: list[BaseException] = []
+
+        def replay() -> None:
+            try:
+                arguments = [*first.arguments("x"), "5000ms", "2s"]
+                answers.append(replayer.execute(_ONE, arguments).fetchone())
+            except BaseException as raised:  # reported below, in the test's thread
+                errors.append(raised)
+
+        waiter = threading.Thread(target=replay)
+        waiter.start()
+        waiter.join(2.5)  # past the bound: the log is busy now
+        assert waiter.is_alive(), "the replay did not wait for the holder's row"
+        holder.commit()
+        waiter.join(10)
+    assert not errors, errors
+    assert answers[0] is not None
+    assert answers[0][1] is not None  # replayed
+    assert answers[0][5] == FALLBACK
