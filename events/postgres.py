@@ -932,8 +932,8 @@ class PostgresEventStore(EventStore):
                 pause = min(pause * 2, 0.02)
 
     def _append_batch(self, batch: Sequence[_PendingAppend]) -> None:
-        """One call of append_batch() for these appends; each gets its row or the error."""
-        # One append alone (the usual call) goes to append_one(), the rest to append_batch().
+        """One call for these appends, each getting its row or the error: append_one() for one
+        append alone (the usual call), append_batch() for several."""
         query: str = _APPEND_ONE if len(batch) == 1 else _APPEND_BATCH
         columns: list[Any] = [[], [], [], [], []]
         if len(batch) == 1:

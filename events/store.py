@@ -349,3 +349,66 @@ class EventStore(ABC):
 
     def _upcast(self, events: list[RecordedEvent]) -> list[RecordedEvent]:
         return self._upcasters.upcast_all(events)
+
+
+class DelegatingEventStore(EventStore):
+    """A store that passes every call to `inner`: a wrapper overrides only what it changes
+    (counting appends, appending in a stream's turn) and inherits the rest."""
+
+    def __init__(self, inner: EventStore) -> None:
+        super().__init__()
+        self._inner = inner
+
+    def append(
+        self,
+        streams: Sequence[StreamAppend],
+        metadata: EventMetadata,
+        idempotency: Idempotency | None = None,
+        outbox: Sequence[OutboxRow] = (),
+    ) -> AppendResult:
+        """The inner store's append."""
+        return self._inner.append(streams, metadata, idempotency, outbox)
+
+    def read_stream(
+        self, stream_id: str, from_version: int = 1, *, upcast: bool = True
+    ) -> list[RecordedEvent]:
+        """The inner store's read_stream."""
+        return self._inner.read_stream(stream_id, from_version, upcast=upcast)
+
+    def read_all(
+        self,
+        from_position: int = 0,
+        limit: int = 1000,
+        categories: Collection[str] | None = None,
+        types: Collection[str] | None = None,
+        *,
+        upcast: bool = True,
+    ) -> list[RecordedEvent]:
+        """The inner store's read_all."""
+        return self._inner.read_all(from_position, limit, categories, types, upcast=upcast)
+
+    def head(self) -> int:
+        """The inner store's head."""
+        return self._inner.head()
+
+    def last_of_stream(self, stream_id: str, *, upcast: bool = True) -> RecordedEvent | None:
+        """The inner store's last_of_stream."""
+        return self._inner.last_of_stream(stream_id, upcast=upcast)
+
+    def idempotency_record(self, key: str) -> IdempotencyRecord | None:
+        """The inner store's idempotency_record."""
+        return self._inner.idempotency_record(key)
+
+    def record_response(self, key: str, response: JsonValue) -> JsonValue:
+        """The inner store's record_response."""
+        return self._inner.record_response(key, response)
+
+    def claim_shoe_secret(
+        self, table_id: str, nonce: int, shoe_id: str, server_seed: str
+    ) -> tuple[str, str]:
+        """The inner store's claim_shoe_secret."""
+        return self._inner.claim_shoe_secret(table_id, nonce, shoe_id, server_seed)
+
+    def load_shoe_secret(self, shoe_id: str) -> str | None:
+        """The inner store's load_shoe_secret."""
+        return self._inner.load_shoe_secret(shoe_id)

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Final, Protocol
 
@@ -55,12 +55,11 @@ from events.postgres import (
 from events.store import (
     AppendResult,
     AppendTimedOut,
+    DelegatingEventStore,
     EventMetadata,
     EventStore,
     EventStoreError,
     Idempotency,
-    IdempotencyRecord,
-    JsonValue,
     OutboxRow,
     RecordedEvent,
     StreamAppend,
@@ -254,7 +253,7 @@ def _not_in_time(stream_id: str, by_deadline: bool) -> EventStoreError:
     return StreamBusy(stream_id)
 
 
-class TurnStore(EventStore):
+class TurnStore(DelegatingEventStore):
     """The store a command sees in its turn: the turn's read and append, else `inner`'s.
 
     The stream's first read from the turn's `read_from` is the one the turn made, and the
@@ -263,8 +262,7 @@ class TurnStore(EventStore):
     """
 
     def __init__(self, inner: EventStore, stream_id: str, turn: StreamTurn) -> None:
-        super().__init__()
-        self._inner = inner
+        super().__init__(inner)
         self._stream_id = stream_id
         self._turn = turn
         self._unread = turn.events
@@ -295,41 +293,3 @@ class TurnStore(EventStore):
             self._unread = None
             return unread
         return self._inner.read_stream(stream_id, from_version, upcast=upcast)
-
-    def read_all(
-        self,
-        from_position: int = 0,
-        limit: int = 1000,
-        categories: Collection[str] | None = None,
-        types: Collection[str] | None = None,
-        *,
-        upcast: bool = True,
-    ) -> list[RecordedEvent]:
-        """The inner store's read_all."""
-        return self._inner.read_all(from_position, limit, categories, types, upcast=upcast)
-
-    def head(self) -> int:
-        """The inner store's head."""
-        return self._inner.head()
-
-    def last_of_stream(self, stream_id: str, *, upcast: bool = True) -> RecordedEvent | None:
-        """The inner store's last_of_stream."""
-        return self._inner.last_of_stream(stream_id, upcast=upcast)
-
-    def idempotency_record(self, key: str) -> IdempotencyRecord | None:
-        """The inner store's idempotency_record."""
-        return self._inner.idempotency_record(key)
-
-    def record_response(self, key: str, response: JsonValue) -> JsonValue:
-        """The inner store's record_response."""
-        return self._inner.record_response(key, response)
-
-    def claim_shoe_secret(
-        self, table_id: str, nonce: int, shoe_id: str, server_seed: str
-    ) -> tuple[str, str]:
-        """The inner store's claim_shoe_secret."""
-        return self._inner.claim_shoe_secret(table_id, nonce, shoe_id, server_seed)
-
-    def load_shoe_secret(self, shoe_id: str) -> str | None:
-        """The inner store's load_shoe_secret."""
-        return self._inner.load_shoe_secret(shoe_id)

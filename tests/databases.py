@@ -26,3 +26,15 @@ def scratch_database(server_url: str, prefix: str) -> Iterator[str]:
             conn.execute(
                 sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
             )
+
+
+def age_the_queue(database_url: str, seconds: float) -> None:
+    """Make every append waiting in unsequenced_events look `seconds` older, as if no
+    sequencer had run for that long (the queue refuses updates; this goes past its guard as
+    the database's owner)."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("SET session_replication_role = replica")
+        conn.execute(
+            "UPDATE unsequenced_events SET queued_at = queued_at - make_interval(secs => %s)",
+            [seconds],
+        )

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, Final
@@ -41,11 +41,10 @@ from prometheus_client.registry import Collector
 from domain.round import CoupCompleted, RoundVoided
 from events.store import (
     AppendResult,
+    DelegatingEventStore,
     EventMetadata,
     EventStore,
     Idempotency,
-    IdempotencyRecord,
-    JsonValue,
     OutboxRow,
     RecordedEvent,
     StreamAppend,
@@ -228,12 +227,8 @@ class MeteredStreamLocks:
             yield _MeteredTurn(turn)
 
 
-class MeteredEventStore(EventStore):
+class MeteredEventStore(DelegatingEventStore):
     """An event store that counts what it appends; everything else goes straight through."""
-
-    def __init__(self, inner: EventStore) -> None:
-        super().__init__()
-        self._inner = inner
 
     @property
     def inner(self) -> EventStore:
@@ -254,50 +249,6 @@ class MeteredEventStore(EventStore):
         if not result.replayed:
             record_appended(streams)
         return result
-
-    def read_stream(
-        self, stream_id: str, from_version: int = 1, *, upcast: bool = True
-    ) -> list[RecordedEvent]:
-        """The inner store's read_stream."""
-        return self._inner.read_stream(stream_id, from_version, upcast=upcast)
-
-    def read_all(
-        self,
-        from_position: int = 0,
-        limit: int = 1000,
-        categories: Collection[str] | None = None,
-        types: Collection[str] | None = None,
-        *,
-        upcast: bool = True,
-    ) -> list[RecordedEvent]:
-        """The inner store's read_all."""
-        return self._inner.read_all(from_position, limit, categories, types, upcast=upcast)
-
-    def head(self) -> int:
-        """The inner store's head."""
-        return self._inner.head()
-
-    def last_of_stream(self, stream_id: str, *, upcast: bool = True) -> RecordedEvent | None:
-        """The inner store's last_of_stream."""
-        return self._inner.last_of_stream(stream_id, upcast=upcast)
-
-    def idempotency_record(self, key: str) -> IdempotencyRecord | None:
-        """The inner store's idempotency_record."""
-        return self._inner.idempotency_record(key)
-
-    def record_response(self, key: str, response: JsonValue) -> JsonValue:
-        """The inner store's record_response."""
-        return self._inner.record_response(key, response)
-
-    def claim_shoe_secret(
-        self, table_id: str, nonce: int, shoe_id: str, server_seed: str
-    ) -> tuple[str, str]:
-        """The inner store's claim_shoe_secret."""
-        return self._inner.claim_shoe_secret(table_id, nonce, shoe_id, server_seed)
-
-    def load_shoe_secret(self, shoe_id: str) -> str | None:
-        """The inner store's load_shoe_secret."""
-        return self._inner.load_shoe_secret(shoe_id)
 
     def __getattr__(self, name: str) -> Any:
         # A backend's own extras (PostgresEventStore.iter_rows, say) stay reachable.

@@ -19,6 +19,7 @@ import pytest
 
 from events.postgres import app_conninfo, append_documents
 from events.store import EventMetadata, NewEvent, StreamAppend
+from tests.databases import age_the_queue
 
 DEALER = EventMetadata(actor="dealer-7", role="dealer")
 AT = datetime(2026, 12, 7, 12, 0, tzinfo=UTC)
@@ -203,13 +204,6 @@ def test_malformed_input_is_refused_as_append_batch_refuses_it_and_nothing_is_wr
     assert written == (0, 0)
 
 
-def _make_busy(owner: psycopg.Connection[Any]) -> None:
-    """Age every queued append by ten seconds, as if no sequencer had run for that long."""
-    owner.execute("ALTER TABLE unsequenced_events DISABLE TRIGGER USER")
-    owner.execute("UPDATE unsequenced_events SET queued_at = queued_at - interval '10 s'")
-    owner.execute("ALTER TABLE unsequenced_events ENABLE TRIGGER USER")
-
-
 def test_a_busy_log_refuses_before_any_lock_write_or_transaction_id(fresh_database: str) -> None:
     case = Case("", [("wallet:b", 2, 1)], FAST, key="kb", fingerprint="f")
     with (
@@ -217,7 +211,7 @@ def test_a_busy_log_refuses_before_any_lock_write_or_transaction_id(fresh_databa
         psycopg.connect(fresh_database, autocommit=True) as owner,
     ):
         conn.execute(_ONE, [*Case("", [("wallet:b", 1, 1)], "").arguments("x"), None, None])
-        _make_busy(owner)
+        age_the_queue(fresh_database, 10)
         with pytest.raises(psycopg.Error) as raised:
             conn.execute(_ONE, [*case.arguments("x"), "2000ms", "2s"])
         assert raised.value.sqlstate == "SB003"
@@ -243,12 +237,9 @@ def test_a_busy_log_refuses_before_any_lock_write_or_transaction_id(fresh_databa
 def test_a_busy_log_refuses_malformed_input_as_busy_first_as_append_batch_does(
     fresh_database: str,
 ) -> None:
-    with (
-        psycopg.connect(app_conninfo(fresh_database, environ={}), autocommit=True) as conn,
-        psycopg.connect(fresh_database, autocommit=True) as owner,
-    ):
+    with psycopg.connect(app_conninfo(fresh_database, environ={}), autocommit=True) as conn:
         conn.execute(_ONE, [*Case("", [("wallet:c", 1, 1)], "").arguments("x"), None, None])
-        _make_busy(owner)
+        age_the_queue(fresh_database, 10)
         unparsable = '{"a":1,"position":\n,"recorded_at":"x'
         for query in (_ONE, _BATCH):
             for guards in (None, "not json"):

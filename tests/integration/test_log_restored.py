@@ -25,6 +25,7 @@ from service.application.restores import (
 )
 from service.cli import main
 from service.cli.restore import _record
+from tests.databases import age_the_queue
 
 OPS = Actor("cli:test", "cli")
 
@@ -66,9 +67,7 @@ def queue_old_appends(pool: Pool, database: str, count: int) -> None:
     for n in range(count):
         note = NewEvent("ApiKeyRevoked", {"key_id": f"k{n}", "reason": "queued"})
         queued.append([StreamAppend(f"test:queued-{n}", 0, [note])], OPS.metadata())
-    with psycopg.connect(database, autocommit=True) as conn:
-        conn.execute("SET session_replication_role = replica")  # past the append-only guard
-        conn.execute("UPDATE unsequenced_events SET queued_at = queued_at - interval '1 hour'")
+    age_the_queue(database, 3600)
 
 
 def test_a_recorded_restore_reports_the_checkpoints_it_lost_and_no_later_cut(
