@@ -28,6 +28,11 @@ conflicts with anybody. Three contenders take turns within each repeat, at each 
   the same idempotency rows, one autocommit statement an append, with no lock and no chain
   (positions from a sequence, hashes left blank). What the server's commits allow.
 
+With writers as processes it also reports where each contender's CPU went, per append: the
+writer processes, their backends, the sequencer and the whole machine (from /proc, so a local
+server only; else n/a). On a saturated machine throughput is the inverse of that CPU, so these
+say which part of the parallel path costs more than the unlocked insert.
+
 Figures are medians of R repeats: appends a second, and for parallel the sequencer's lag (the
 oldest append of each batch's wait for its position, which bounds every append's in the batch:
 p50 and p99 over the batches), its batches' sizes in events, and its CPU per 1,000 appends:
@@ -322,6 +327,9 @@ def _writer_process(
     # shared (32 processes and the sequencer stay well within max_connections = 100).
     with open_pool(conninfo, min_size=1, max_size=1) as pool:
         stores = Stores(pool)
+        with pool.connection() as conn:
+            # Whose CPU the parent reads: this process's and its one backend's.
+            results.put((writer, conn.info.backend_pid, "pids"))
         while (command := commands.get()) is not None:
             contender, run, start_at, seconds = command
             write = stores.writer(contender, run)
@@ -350,6 +358,22 @@ class WriterProcesses:
             process.start()
             self._commands.append(commands)
             self._processes.append(process)
+        self.backends: list[int] = []
+        for _ in range(writers):
+            _, backend, tag = self._results.get(timeout=120)
+            if tag != "pids":
+                raise RuntimeError(f"a writer process did not start: {tag}")
+            self.backends.append(backend)
+
+    def cpu(self) -> tuple[float | None, float | None]:
+        """CPU seconds so far of the writer processes, and of their PostgreSQL backends (None
+        where /proc cannot tell: a server on another machine)."""
+        writers = [_cpu_seconds(f"/proc/{p.pid}/stat") for p in self._processes]
+        backends = [_cpu_seconds(f"/proc/{pid}/stat") for pid in self.backends]
+        return (
+            None if None in writers else sum(w or 0.0 for w in writers),
+            None if None in backends else sum(b or 0.0 for b in backends),
+        )
 
     def run(self, contender: str, run: str, seconds: float) -> int:
         """Appends made by every process, released together (after a moment to get ready)."""
@@ -421,6 +445,21 @@ def _spent(before: float | None, after: float | None) -> float | None:
     return None if before is None or after is None else after - before
 
 
+def _machine_busy() -> float | None:
+    """CPU seconds the whole machine has spent busy (not idle or waiting on I/O) so far."""
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return None
+    return (sum(fields) - fields[3] - fields[4]) / _TICKS
+
+
+# Where a run's CPU went, per append: the writer processes (the store's or the loop's Python),
+# their PostgreSQL backends, the sequencer (its backend and its thread in this process), and the
+# whole machine (everything above, and the rest: the WAL writer, the kernel, this process).
+PARTS = ("writers", "backends", "sequencer", "machine")
+
+
 class Tally:
     """One mode's figures at one writer count, over its repeats."""
 
@@ -431,6 +470,13 @@ class Tally:
         self.appends = 0  # the parallel contenders', for the sequencer's CPU per append
         self.backend_cpu: float | None = 0.0
         self.thread_cpu: float | None = 0.0
+        # Writers as processes: each contender's CPU µs per append, by PARTS, one a repeat.
+        self.parts: dict[str, dict[str, list[float]]] = {}
+
+    def part(self, contender: str, part: str) -> str:
+        """The median µs per append of `part` for `contender`, or n/a."""
+        values = self.parts.get(contender, {}).get(part, [])
+        return f"{statistics.median(values):.0f}" if values else "n/a"
 
     def median(self, contender: str) -> float:
         """The median rate of `contender`."""
@@ -485,8 +531,12 @@ def main(argv: Sequence[str] | None = None) -> None:
                                 run = f"{mode[0]}{repeat}{contenders.index(contender)}{writers}x"
                                 del batches[:]
                                 cpu_before = cpu.now()
+                                machine_before = _machine_busy()
+                                writers_before: tuple[float | None, float | None] = (None, None)
                                 if processes is not None:
+                                    writers_before = processes.cpu()
                                     count = processes.run(contender, run, args.seconds)
+                                    writers_after = processes.cpu()
                                 else:
                                     write = stores.writer(contender, run)
                                     count = run_writers(writers, args.seconds, write)
@@ -513,6 +563,23 @@ def main(argv: Sequence[str] | None = None) -> None:
                                         if spent is None or tally.thread_cpu is None
                                         else tally.thread_cpu + spent
                                     )
+                                if processes is not None and count:
+                                    sequencer_after = cpu.now()
+                                    spent_parts = {
+                                        "writers": _spent(writers_before[0], writers_after[0]),
+                                        "backends": _spent(writers_before[1], writers_after[1]),
+                                        "sequencer": _spent(
+                                            sum(v or 0.0 for v in cpu_before),
+                                            sum(v or 0.0 for v in sequencer_after),
+                                        )
+                                        if None not in (*cpu_before, *sequencer_after)
+                                        else None,
+                                        "machine": _spent(machine_before, _machine_busy()),
+                                    }
+                                    parts = tally.parts.setdefault(contender, {})
+                                    for part, seconds in spent_parts.items():
+                                        if seconds is not None:
+                                            parts.setdefault(part, []).append(seconds * 1e6 / count)
                                 rate = count / elapsed
                                 tally.rates.setdefault(contender, []).append(rate)
                                 print(
@@ -556,6 +623,23 @@ def main(argv: Sequence[str] | None = None) -> None:
                 f" | {percentile(lag, 0.5) * 1000:.1f} / {percentile(lag, 0.99) * 1000:.1f}"
                 f" | {statistics.median(size):.0f} / {max(size)} | {tally.cpu_per_thousand()} |"
             )
+        if mode == "processes":
+            lines += [
+                "",
+                "Where the CPU went, writers as processes: µs per append (medians of the"
+                " repeats) of the writer processes, their PostgreSQL backends, the sequencer"
+                " (backend + thread; the parallel contenders' drains included) and the whole"
+                " machine (busy time from /proc/stat: all of these, the WAL writer, the kernel"
+                " and the rest).",
+                "",
+                "| writers | contender | writers µs | backends µs | sequencer µs | machine µs |",
+                "|--:|:--|--:|--:|--:|--:|",
+            ]
+            for writers in args.writers:
+                tally = tallies[(mode, writers)]
+                for contender in contenders:
+                    figures = " | ".join(tally.part(contender, part) for part in PARTS)
+                    lines.append(f"| {writers} | {contender} | {figures} |")
     print("\n".join(lines))
 
 
