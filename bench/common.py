@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import psycopg
 from psycopg import sql
@@ -34,6 +35,14 @@ def problem_kind(answer: object) -> str:
         if isinstance(kind, str) and kind:
             return kind.rstrip("/").rsplit("/", 1)[-1]
     return "no problem document"
+
+
+def machine_ticks() -> tuple[int, int]:
+    """The machine's (busy, total) CPU ticks so far, from /proc/stat (busy: not idle, not
+    waiting on I/O)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]
+    return sum(fields) - idle, sum(fields)
 
 
 def uptime() -> str:

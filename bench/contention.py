@@ -60,7 +60,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import orjson
 import psycopg
 
-from bench.common import rotations, server_url, throwaway_database, uptime
+from bench.common import machine_ticks, rotations, server_url, throwaway_database, uptime
 from domain.round import BetPlaced
 from domain.wallet import StakeReserved
 from events.migrations import MIGRATIONS_DIR, apply_migrations
@@ -446,12 +446,11 @@ def _spent(before: float | None, after: float | None) -> float | None:
 
 
 def _machine_busy() -> float | None:
-    """CPU seconds the whole machine has spent busy (not idle or waiting on I/O) so far."""
+    """CPU seconds the whole machine has spent busy so far; None where /proc cannot tell."""
     try:
-        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    except (OSError, ValueError):
+        return machine_ticks()[0] / _TICKS
+    except (OSError, ValueError, IndexError):
         return None
-    return (sum(fields) - fields[3] - fields[4]) / _TICKS
 
 
 # Where a run's CPU went, per append: the writer processes (the store's or the loop's Python),

@@ -62,6 +62,7 @@ import psycopg.sql  # noqa: E402
 
 from bench.common import (  # noqa: E402
     CONCURRENCY_REFUSAL,
+    machine_ticks,
     problem_kind,
     server_url,
     throwaway_database,
@@ -642,13 +643,6 @@ def cpu_seconds(pid: int) -> float:
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def machine_ticks() -> tuple[int, int]:
-    """The machine's (busy, total) CPU ticks so far, from /proc/stat."""
-    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = fields[3] + fields[4]
-    return sum(fields) - idle, sum(fields)
 
 
 class Watch:
