@@ -1,7 +1,7 @@
 """Measure what the log's serial point costs when many tables write at once.
 
 Run as `.venv/bin/python bench/contention.py [--writers 1 8 32] [--seconds S] [--repeats R]
-[--mode threads|processes|both]` against the server in DATABASE_URL (default
+[--mode threads|processes|both] [--floor]` against the server in DATABASE_URL (default
 postgresql://postgres@127.0.0.1:5432/postgres); it creates a database of its own and drops it
 at the end.
 
@@ -27,6 +27,14 @@ conflicts with anybody. Three contenders take turns within each repeat, at each 
 - unlocked: the same rows into a copy of the events table (same columns, same indexes) and
   the same idempotency rows, one autocommit statement an append, with no lock and no chain
   (positions from a sequence, hashes left blank). What the server's commits allow.
+
+With `--floor`, two more contenders measure what the parallel design itself costs, whatever
+its implementation: FLOOR_STATEMENT, the design's writes alone (the heads' upsert with its
+version check, the queue's rows, the key) as one statement on a held connection, with no
+function, no check and no refusal or replay, sequenced as the parallel path's appends are.
+**floor** sends the store's canonical documents (what the chain needs), **floor, raw
+documents** the payloads' JSON as the unlocked loop makes it. The app role is granted the
+tables for them in the bench's database only.
 
 With writers as processes it also reports where each contender's CPU went, per append: the
 writer processes, their backends, the sequencer and the whole machine (from /proc, so a local
@@ -74,13 +82,23 @@ from events.postgres import (
     append_documents,
     open_pool,
 )
-from events.sequencer import Batch, SequencerRole
-from events.store import EventMetadata, Idempotency, JsonValue, NewEvent, StreamAppend, utc_now
+from events.sequencer import Batch, SequencerRole, unsequenced_backlog
+from events.store import (
+    EventMetadata,
+    Idempotency,
+    JsonValue,
+    NewEvent,
+    StreamAppend,
+    stamp_metadata,
+    utc_now,
+)
 
 PARALLEL = "parallel"
 GROUPED = "parallel+group"
 LOCKED = "locked"
 UNLOCKED = "unlocked"
+FLOOR = "floor"
+FLOOR_RAW = "floor, raw documents"
 EVENTS_PER_APPEND = 2
 # The baseline's tables: copies of the log's, with every index, in schemas of their own.
 _COPIES = """
@@ -107,6 +125,35 @@ WITH bet AS (
 )
 INSERT INTO unlocked.idempotency_keys (key, fingerprint, result, recorded_at)
 SELECT %s, %s, %s::jsonb, now() FROM (SELECT count(*) FROM bet) AS done
+"""
+# The parallel design's writes and nothing else (the floor, with --floor): the heads' upsert
+# with the version check (the row locks, in sorted order), the append's place, its rows in the
+# queue, the key. No function, no check of the documents or the shape, no refusal or replay
+# handled. bench/append_cpu.py times the same statement alone.
+FLOOR_STATEMENT = """
+WITH heads AS (
+    INSERT INTO stream_heads AS h (stream_id, version)
+    SELECT x.s, x.v FROM (VALUES (%(table)s::text, %(version)s::integer), (%(wallet)s, %(version)s))
+         AS x (s, v)
+    ORDER BY x.s
+    ON CONFLICT (stream_id) DO UPDATE SET version = excluded.version
+    WHERE h.version = excluded.version - 1
+    RETURNING 1
+), queued AS (
+    INSERT INTO unsequenced_events (append_id, n, stream_id, version, prefix, suffix)
+    SELECT a.id, x.n, x.s, x.v, x.p, x.sf FROM (SELECT nextval('append_order') AS id) AS a,
+         (VALUES (1, %(table)s::text, %(version)s::integer, %(p1)s::text, %(s1)s::text),
+                 (2, %(wallet)s, %(version)s, %(p2)s, %(s2)s)) AS x (n, s, v, p, sf)
+)
+INSERT INTO idempotency_keys (key, fingerprint, result, recorded_at)
+SELECT %(key)s, %(fingerprint)s, %(result)s::jsonb, now() FROM (SELECT count(*) FROM heads) AS done
+"""
+# The floor writes the log's tables directly, as no role of the service may: granted to the
+# app role in the bench's throwaway database only.
+_FLOOR_GRANTS = """
+GRANT SELECT, INSERT, UPDATE ON stream_heads TO shoebox_app;
+GRANT INSERT ON unsequenced_events, idempotency_keys TO shoebox_app;
+GRANT USAGE ON SEQUENCE append_order TO shoebox_app;
 """
 _LOCKED_CALL = (
     "SELECT first_position, last_position, replayed_result, replayed_response, error_code,"
@@ -267,6 +314,75 @@ def unlocked_writer(pool: Pool, run: str) -> Callable[[int, float], int]:
     return write
 
 
+def floor_writer(pool: Pool, run: str, *, raw: bool) -> Callable[[int, float], int]:
+    """A writer's loop of FLOOR_STATEMENT on a connection held for the run, as the unlocked
+    loop's: the least any implementation of the parallel design can do for an append.
+
+    Its documents are the store's canonical ones (what the chain hashes), or with `raw` put
+    together from the payloads' JSON as the unlocked loop makes it (no canonical encoding).
+    """
+
+    def write(writer: int, until: float) -> int:
+        table, wallet = f"table:{run}w{writer}", f"wallet:{run}w{writer}"
+        n = 0
+        with pool.connection() as conn:
+            conn.autocommit = True
+            while time.perf_counter() < until:
+                version = n + 1
+                meta, key = metadata(writer, n), key_of(run, writer, n)
+                if raw:
+                    prefixes, suffixes = raw_documents(writer, n, table, wallet)
+                else:
+                    stamped = stamp_metadata(meta, key)
+                    parts = append_documents(bet_appends(run, writer, n), stamped, utc_now())
+                    split = parts.split("\n")
+                    prefixes, suffixes = split[0::2], split[1::2]
+                result = orjson.dumps({"versions": {table: version, wallet: version}}).decode()
+                # Scalars, not arrays: psycopg's adaptation of a list costs the writer more
+                # than the store's whole call (measured: 688 against 342 µs an append).
+                conn.execute(
+                    FLOOR_STATEMENT,
+                    {
+                        "table": table,
+                        "wallet": wallet,
+                        "version": version,
+                        "p1": prefixes[0],
+                        "s1": suffixes[0],
+                        "p2": prefixes[1],
+                        "s2": suffixes[1],
+                        "key": key.key,
+                        "fingerprint": key.fingerprint,
+                        "result": result,
+                    },
+                )
+                n += 1
+            conn.autocommit = False
+        return n
+
+    return write
+
+
+def raw_documents(writer: int, n: int, table: str, wallet: str) -> tuple[list[str], list[str]]:
+    """A bet's two documents split at the position, from orjson's output as it comes."""
+    bet, stake = payloads(writer, n)
+    meta = orjson.dumps(
+        {"actor": "frontend-1", "role": "frontend", "request_id": metadata(writer, n).request_id}
+    ).decode()
+    at = utc_now().isoformat()
+    prefixes, suffixes = [], []
+    for stream, category, kind, payload in (
+        (table, "table", BetPlaced.type, bet),
+        (wallet, "wallet", StakeReserved.type, stake),
+    ):
+        body = orjson.dumps(payload).decode()
+        prefixes.append(f'{{"category":"{category}","metadata":{meta},"payload":{body},"position":')
+        suffixes.append(
+            f',"recorded_at":"{at}","schema_version":1,"stream_id":"{stream}",'
+            f'"type":"{kind}","version":{n + 1}}}'
+        )
+    return prefixes, suffixes
+
+
 def run_writers(writers: int, seconds: float, write: Callable[[int, float], int]) -> int:
     """Appends made by `writers` threads released together for `seconds`."""
     counts = [0] * writers
@@ -310,6 +426,8 @@ class Stores:
             return parallel_writer(self.grouped, run)
         if contender == LOCKED:
             return locked_writer(self.locked, run)
+        if contender in (FLOOR, FLOOR_RAW):
+            return floor_writer(self.pool, run, raw=contender == FLOOR_RAW)
         return unlocked_writer(self.pool, run)
 
 
@@ -398,6 +516,14 @@ class WriterProcesses:
             process.join(30)
             if process.is_alive():
                 process.kill()
+
+
+def drain(stores: Stores) -> None:
+    """Return once the sequencer has placed every append committed so far: a batch run here
+    if the role's lock is free, else a wait for the role's."""
+    stores.parallel.sequence()
+    while unsequenced_backlog(stores.pool)[0] > 0:
+        time.sleep(0.001)
 
 
 def percentile(values: Sequence[float], fraction: float) -> float:
@@ -496,11 +622,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--mode", choices=("threads", "processes", "both"), default="both")
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="add the parallel design's writes alone (FLOOR_STATEMENT) as two more contenders",
+    )
     args = parser.parse_args(argv)
     modes = ["threads", "processes"] if args.mode == "both" else [args.mode]
     before = uptime()
     tallies = {(mode, n): Tally() for mode in modes for n in args.writers}
-    contenders = (PARALLEL, GROUPED, LOCKED, UNLOCKED)
+    contenders: tuple[str, ...] = (PARALLEL, GROUPED, LOCKED, UNLOCKED)
+    if args.floor:
+        contenders += (FLOOR, FLOOR_RAW)
     with throwaway_database(server_url(), prefix="bench_contention") as database_url:
         apply_migrations(database_url)
         with psycopg.connect(database_url, autocommit=True) as conn:
@@ -508,6 +641,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                 conn.execute(_COPIES.format(schema=schema))
             conn.execute(_UNLOCKED_SEQUENCE)
             install_locked_baseline(conn)
+            if args.floor:
+                conn.execute(_FLOOR_GRANTS)
         conninfo = app_conninfo(database_url, environ={})
         batches: list[Batch] = []
         role = SequencerRole(
@@ -540,12 +675,13 @@ def main(argv: Sequence[str] | None = None) -> None:
                                     write = stores.writer(contender, run)
                                     count = run_writers(writers, args.seconds, write)
                                 elapsed = args.seconds
-                                if contender in (PARALLEL, GROUPED):
+                                if contender in (PARALLEL, GROUPED, FLOOR, FLOOR_RAW):
                                     # The sequencer's share: the run is not over until it has
                                     # placed every append, and its batches are this run's.
                                     drained = time.perf_counter()
-                                    stores.parallel.sequence()
+                                    drain(stores)
                                     elapsed += time.perf_counter() - drained
+                                if contender in (PARALLEL, GROUPED):
                                     cpu_after = cpu.now()
                                     tally.lags += [b.oldest_wait or 0.0 for b in batches]
                                     tally.sizes += [b.events for b in batches]
@@ -622,6 +758,26 @@ def main(argv: Sequence[str] | None = None) -> None:
                 f" | {percentile(lag, 0.5) * 1000:.1f} / {percentile(lag, 0.99) * 1000:.1f}"
                 f" | {statistics.median(size):.0f} / {max(size)} | {tally.cpu_per_thousand()} |"
             )
+        if args.floor:
+            lines += [
+                "",
+                f"The design's floor, writers as {mode}: FLOOR_STATEMENT's writes alone, each"
+                " append one statement on a held connection, sequenced as the parallel path's"
+                " are; its documents the store's canonical ones, or raw (orjson's, as the"
+                " unlocked loop's).",
+                "",
+                "| writers | parallel /s | floor /s | floor, raw /s | unlocked /s"
+                " | parallel / unlocked | floor / unlocked | floor, raw / unlocked |",
+                "|--:|--:|--:|--:|--:|--:|--:|--:|",
+            ]
+            for writers in args.writers:
+                tally = tallies[(mode, writers)]
+                ours, theirs = tally.median(PARALLEL), tally.median(UNLOCKED)
+                floor, raw = tally.median(FLOOR), tally.median(FLOOR_RAW)
+                lines.append(
+                    f"| {writers} | {ours:,.0f} | {floor:,.0f} | {raw:,.0f} | {theirs:,.0f}"
+                    f" | {ours / theirs:.2f} | {floor / theirs:.2f} | {raw / theirs:.2f} |"
+                )
         if mode == "processes":
             lines += [
                 "",
