@@ -11,7 +11,10 @@ every other repeat), R repeats; the figure is the writer's PostgreSQL backend CP
 
 - `append_batch()` as migration 0030 made it, called unprepared (the store before 0060);
 - `append_batch()` as migration 0060 makes it, called prepared (the store before 0070);
-- `append_one()` of migration 0070, called prepared (the store now, for one append alone);
+- `append_one()` of migration 0070, called prepared (the store, for one append in a longer
+  transaction: a table's turn, an outbox append);
+- `append_fast()` of migration 0080, called prepared (the store now, for one append sent as
+  its own transaction);
 - the same writes as one prepared SQL statement, no function: the heads' upsert with the
   version check, the queue's rows, the key. What this design's writes cost without PL/pgSQL
   (it parses nothing, checks no JSON and handles no refusal or replay);
@@ -49,14 +52,21 @@ from bench.contention import (
 from domain.round import BetPlaced
 from domain.wallet import StakeReserved
 from events.migrations import MIGRATIONS_DIR, apply_migrations
-from events.postgres import _APPEND_BATCH, _APPEND_ONE, PostgresEventStore, open_pool
+from events.postgres import (
+    _APPEND_BATCH,
+    _APPEND_FAST,
+    _APPEND_ONE,
+    PostgresEventStore,
+    open_pool,
+)
 
 OLD = "append_batch() of 0030, sent unprepared (before)"
 NEW = "append_batch() of 0060, sent prepared (before 0070)"
-APPEND_ONE = "append_one() of 0070, sent prepared (now)"
+APPEND_ONE = "append_one() of 0070, sent prepared (in a transaction)"
+APPEND_FAST = "append_fast() of 0080, sent prepared (alone: now)"
 ONE = "the same writes as one SQL statement (no function)"
 UNLOCKED = "the unlocked insert (the bench's baseline)"
-WRITERS = (OLD, NEW, APPEND_ONE, ONE, UNLOCKED)
+WRITERS = (OLD, NEW, APPEND_ONE, APPEND_FAST, ONE, UNLOCKED)
 WARM = 5
 _ONE_STATEMENT = """
 WITH heads AS (
@@ -97,7 +107,7 @@ def _arguments(store: PostgresEventStore, writer: str, run: str, n: int) -> list
     if writer in (OLD, NEW):
         pending = store._pending(bet_appends(run, 1, n), metadata(1, n), key_of(run, 1, n))
         return [[value] for value in pending.arguments()] + ["2000ms", "3600s"]
-    if writer == APPEND_ONE:
+    if writer in (APPEND_ONE, APPEND_FAST):
         pending = store._pending(bet_appends(run, 1, n), metadata(1, n), key_of(run, 1, n))
         return [*pending.arguments(), "2000ms", "3600s"]
     if writer == ONE:
@@ -158,6 +168,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                         OLD: (_APPEND_BATCH, False),
                         NEW: (_APPEND_BATCH, True),
                         APPEND_ONE: (_APPEND_ONE, True),
+                        APPEND_FAST: (_APPEND_FAST, True),
                         ONE: (_ONE_STATEMENT, True),
                         UNLOCKED: (_UNLOCKED_INSERT, True),
                     }[writer]

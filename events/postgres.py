@@ -98,6 +98,11 @@ _APPEND_ONE = (
     "SELECT append_id, replayed_result, replayed_response, error_code, error_detail"
     " FROM append_one(%s, %s, %s, %s, %s, %s, %s)"
 )
+# The same append alone, as its own transaction (the store's autocommit call): first
+# migrations/0080's append_fast(), which takes the usual append in the fewest executor nodes
+# and refuses anything else with _NOT_TAKEN, rolled back whole; then append_one() answers it.
+_APPEND_FAST = "SELECT append_fast(%s, %s, %s, %s, %s, %s, %s)"
+_NOT_TAKEN = "SB004"
 MAX_BATCH: Final = 64
 """Appends in one call at most: a bound on one statement's work and on the lock's hold."""
 _CONCURRENCY_CONFLICT = "SB001"
@@ -617,6 +622,19 @@ def one_statement(pool: Pool, timeout: float | None = None) -> Iterator[Connecti
                 conn.autocommit = False
 
 
+def _append_fast(conn: Connection[TupleRow], arguments: list[Any]) -> tuple[Any, ...] | None:
+    """append_fast()'s answer to one append sent as its own transaction on `conn` (in
+    autocommit), in append_one()'s columns; None where it does not take the append."""
+    try:
+        row = conn.execute(_APPEND_FAST, arguments, prepare=True).fetchone()
+    except psycopg.Error as error:
+        if error.sqlstate == _NOT_TAKEN:
+            return None
+        raise
+    assert row is not None  # the function returns the append's place, or raises
+    return (row[0], None, None, None, None)
+
+
 def _refusal(code: str, detail: str | None, key: str | None) -> EventStoreError:
     """The typed error for an append that append_batch() reported as refused."""
     if code == _CONCURRENCY_CONFLICT and detail:
@@ -932,9 +950,8 @@ class PostgresEventStore(EventStore):
                 pause = min(pause * 2, 0.02)
 
     def _append_batch(self, batch: Sequence[_PendingAppend]) -> None:
-        """One call for these appends, each getting its row or the error: append_one() for one
-        append alone (the usual call), append_batch() for several."""
-        query: str = _APPEND_ONE if len(batch) == 1 else _APPEND_BATCH
+        """One call for these appends, each getting its row or the error: append_fast() (else
+        append_one()) for one append alone, the usual call; append_batch() for several."""
         columns: list[Any] = [[], [], [], [], []]
         if len(batch) == 1:
             columns = list(batch[0].arguments())
@@ -952,14 +969,23 @@ class PostgresEventStore(EventStore):
                         # Taken after the checkout (and before each retry), which may have
                         # used up some of the time left.
                         wait_limit, deadline_binds = self._wait_within_deadline()
+                        arguments = [*columns, _milliseconds(wait_limit), self._backlog_bound]
                         # Prepared: parsing, analysing and planning the call afresh was a
-                        # tenth of an append's server CPU. (It was never prepared while it ran
-                        # in a pipeline, where a failed statement's Parse is skipped.)
-                        rows = conn.execute(
-                            query,
-                            [*columns, _milliseconds(wait_limit), self._backlog_bound],
-                            prepare=True,
-                        ).fetchall()
+                        # tenth of an append's server CPU. (It was never prepared while it
+                        # ran in a pipeline, where a failed statement's Parse is skipped.)
+                        if len(batch) > 1:
+                            rows = conn.execute(_APPEND_BATCH, arguments, prepare=True).fetchall()
+                        elif (taken := _append_fast(conn, arguments)) is not None:
+                            rows = [taken]
+                        else:
+                            # Not taken, and nothing of it kept: append_one() answers it,
+                            # within what is left of the deadline. The backlog was checked
+                            # before any wait of the first call, and not again after one, as
+                            # append_one() checks it (a replay that waited for its rows is
+                            # answered, not refused as busy).
+                            wait_limit, deadline_binds = self._wait_within_deadline()
+                            again = [*columns, _milliseconds(wait_limit), None]
+                            rows = conn.execute(_APPEND_ONE, again, prepare=True).fetchall()
                     break
                 except psycopg.errors.DeadlockDetected:
                     # Two batches whose keys' twins met in opposite orders (their streams are

@@ -217,7 +217,8 @@ def test_only_the_app_role_may_execute_the_append_and_sequencer_functions(
     with psycopg.connect(fresh_database) as conn:
         grantees = conn.execute(
             "SELECT DISTINCT routine_name, grantee FROM information_schema.role_routine_grants"
-            " WHERE routine_name IN ('append_batch', 'append_one', 'sequence_appends')"
+            " WHERE routine_name IN ('append_batch', 'append_one', 'append_fast',"
+            " 'sequence_appends')"
             " AND privilege_type = 'EXECUTE'"
             " AND grantee <> routine_schema AND grantee <> current_user ORDER BY 1"
         ).fetchall()
@@ -226,6 +227,8 @@ def test_only_the_app_role_may_execute_the_append_and_sequencer_functions(
             " 'append_batch(text[], text[], text[], text[], text[], text, text)', 'EXECUTE'),"
             " has_function_privilege('public',"
             " 'append_one(text, text, text, text, text, text, text)', 'EXECUTE'),"
+            " has_function_privilege('public',"
+            " 'append_fast(text, text, text, text, text, text, text)', 'EXECUTE'),"
             " has_function_privilege('public', 'sequence_appends(integer, boolean)', 'EXECUTE')"
         ).fetchone()
         # Every older path that wrote events directly is gone (migration 0030).
@@ -236,10 +239,11 @@ def test_only_the_app_role_may_execute_the_append_and_sequencer_functions(
         ).fetchall()
     assert grantees == [
         ("append_batch", APP_ROLE),
+        ("append_fast", APP_ROLE),
         ("append_one", APP_ROLE),
         ("sequence_appends", APP_ROLE),
     ]
-    assert public == (False, False, False)
+    assert public == (False, False, False, False)
     assert writers == []
 
 
