@@ -89,9 +89,10 @@ _APPEND_BATCH = (
 # double quote of every document with a regular expression, which cost a bet more time than
 # the rest of its Python together. The two last arguments bound the append's wait for its
 # rows' locks and the sequencer's backlog, so the append is one statement and one round trip.
-# One append alone (a writer in its stream's turn, or a group-commit call with one append, the
-# usual one): migrations/0070's append_one(), which takes a fresh, well-formed append in one
-# statement and hands anything else to append_batch() in the same transaction.
+# One append in a longer transaction (a writer in its stream's turn, an append with outbox
+# rows), or one that append_fast() below did not take: migrations/0070's append_one(), which
+# takes a fresh, well-formed append in one statement and hands anything else to
+# append_batch() in the same transaction.
 WAL_POSITION: Final = "SELECT pg_current_wal_lsn()::text"
 """The primary's WAL write position; read after a commit, at or past its commit record."""
 _APPEND_ONE = (
