@@ -18,8 +18,16 @@ import pytest
 
 from events.postgres import PostgresEventStore, app_conninfo, append_documents, open_pool
 from events.store import EventMetadata, Idempotency, NewEvent, StreamAppend
-from tests.databases import age_the_queue
-from tests.integration.test_append_one import _BATCH, _ONE, AT, CASES, Case, _answer, _rows
+from tests.integration.test_append_one import (
+    _BATCH,
+    _ONE,
+    AT,
+    CASES,
+    Case,
+    _answer,
+    _rows,
+    refuses_a_busy_log_first,
+)
 
 _FAST = "SELECT append_fast(%s, %s, %s, %s, %s, %s, %s)"
 TAKEN = "append_fast"
@@ -146,30 +154,7 @@ def test_malformed_input_gets_append_ones_refusal_and_nothing_is_written(
 
 
 def test_a_busy_log_refuses_before_any_lock_write_or_transaction_id(fresh_database: str) -> None:
-    case = Case("", [("wallet:b", 2, 1)], TAKEN, key="kb", fingerprint="f")
-    with (
-        psycopg.connect(app_conninfo(fresh_database, environ={}), autocommit=True) as conn,
-        psycopg.connect(fresh_database, autocommit=True) as owner,
-    ):
-        conn.execute(_FAST, [*Case("", [("wallet:b", 1, 1)], "").arguments("x"), None, None])
-        age_the_queue(fresh_database, 10)
-        with pytest.raises(psycopg.Error) as raised:
-            conn.execute(_FAST, [*case.arguments("x"), "2000ms", "2s"])
-        assert raised.value.sqlstate == "SB003"
-        assert float(raised.value.diag.message_detail or 0) >= 10
-        assert owner.execute("SELECT version FROM stream_heads").fetchall() == [(1,)]
-        assert owner.execute("SELECT count(*) FROM idempotency_keys").fetchone() == (0,)
-        conn.execute("BEGIN")
-        conn.execute("SAVEPOINT refused")
-        with pytest.raises(psycopg.Error):
-            conn.execute(_FAST, [*case.arguments("x"), "2000ms", "2s"])
-        conn.execute("ROLLBACK TO SAVEPOINT refused")
-        assigned = conn.execute("SELECT pg_current_xact_id_if_assigned()").fetchone()
-        conn.execute("ROLLBACK")
-        assert assigned == (None,)
-        placed = conn.execute(_FAST, [*case.arguments("x"), "2000ms", None]).fetchone()
-    assert placed is not None
-    assert placed[0] is not None
+    refuses_a_busy_log_first(fresh_database, _FAST)
 
 
 def test_a_refusal_after_the_upsert_keeps_no_row_and_no_lock(fresh_database: str) -> None:

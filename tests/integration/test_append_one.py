@@ -204,16 +204,19 @@ def test_malformed_input_is_refused_as_append_batch_refuses_it_and_nothing_is_wr
     assert written == (0, 0)
 
 
-def test_a_busy_log_refuses_before_any_lock_write_or_transaction_id(fresh_database: str) -> None:
+def refuses_a_busy_log_first(database_url: str, query: str) -> tuple[Any, ...]:
+    """`query` (append_one() or append_fast()) refuses an append with SB003 while the log is
+    busy, before any lock, write or transaction id; unbounded, it places the same append.
+    Returns that call's row."""
     case = Case("", [("wallet:b", 2, 1)], FAST, key="kb", fingerprint="f")
     with (
-        psycopg.connect(app_conninfo(fresh_database, environ={}), autocommit=True) as conn,
-        psycopg.connect(fresh_database, autocommit=True) as owner,
+        psycopg.connect(app_conninfo(database_url, environ={}), autocommit=True) as conn,
+        psycopg.connect(database_url, autocommit=True) as owner,
     ):
-        conn.execute(_ONE, [*Case("", [("wallet:b", 1, 1)], "").arguments("x"), None, None])
-        age_the_queue(fresh_database, 10)
+        conn.execute(query, [*Case("", [("wallet:b", 1, 1)], "").arguments("x"), None, None])
+        age_the_queue(database_url, 10)
         with pytest.raises(psycopg.Error) as raised:
-            conn.execute(_ONE, [*case.arguments("x"), "2000ms", "2s"])
+            conn.execute(query, [*case.arguments("x"), "2000ms", "2s"])
         assert raised.value.sqlstate == "SB003"
         assert float(raised.value.diag.message_detail or 0) >= 10
         assert owner.execute("SELECT version FROM stream_heads").fetchall() == [(1,)]
@@ -223,15 +226,21 @@ def test_a_busy_log_refuses_before_any_lock_write_or_transaction_id(fresh_databa
         conn.execute("BEGIN")
         conn.execute("SAVEPOINT refused")
         with pytest.raises(psycopg.Error):
-            conn.execute(_ONE, [*case.arguments("x"), "2000ms", "2s"])
+            conn.execute(query, [*case.arguments("x"), "2000ms", "2s"])
         conn.execute("ROLLBACK TO SAVEPOINT refused")
         assigned = conn.execute("SELECT pg_current_xact_id_if_assigned()").fetchone()
         conn.execute("ROLLBACK")
         assert assigned == (None,)
-        # Unbounded, the same append goes in by the one statement.
-        placed = conn.execute(_ONE, [*case.arguments("x"), "2000ms", None]).fetchone()
+        # Unbounded, the same append goes in.
+        placed = conn.execute(query, [*case.arguments("x"), "2000ms", None]).fetchone()
     assert placed is not None
-    assert placed[5] == FAST
+    assert placed[0] is not None
+    return tuple(placed)
+
+
+def test_a_busy_log_refuses_before_any_lock_write_or_transaction_id(fresh_database: str) -> None:
+    placed = refuses_a_busy_log_first(fresh_database, _ONE)
+    assert placed[5] == FAST  # by the one statement
 
 
 def test_a_busy_log_refuses_malformed_input_as_busy_first_as_append_batch_does(
