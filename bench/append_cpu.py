@@ -15,9 +15,10 @@ every other repeat), R repeats; the figure is the writer's PostgreSQL backend CP
   transaction: a table's turn, an outbox append);
 - `append_fast()` of migration 0080, called prepared (the store now, for one append sent as
   its own transaction);
-- the same writes as one prepared SQL statement, no function: the heads' upsert with the
-  version check, the queue's rows, the key. What this design's writes cost without PL/pgSQL
-  (it parses nothing, checks no JSON and handles no refusal or replay);
+- the same writes as one prepared SQL statement, no function (bench/contention.py's
+  FLOOR_STATEMENT, its values as scalars): the heads' upsert with the version check, the
+  queue's rows, the key. What this design's writes cost without PL/pgSQL (it parses nothing,
+  checks no JSON and handles no refusal or replay);
 - the unlocked insert of bench/contention.py, its baseline.
 
 And the sequencer's backend CPU per append, in batches of 16 appends, after each parallel run.
@@ -44,6 +45,7 @@ from bench.contention import (
     _COPIES,
     _UNLOCKED_INSERT,
     _UNLOCKED_SEQUENCE,
+    FLOOR_STATEMENT,
     bet_appends,
     key_of,
     metadata,
@@ -68,22 +70,6 @@ ONE = "the same writes as one SQL statement (no function)"
 UNLOCKED = "the unlocked insert (the bench's baseline)"
 WRITERS = (OLD, NEW, APPEND_ONE, APPEND_FAST, ONE, UNLOCKED)
 WARM = 5
-_ONE_STATEMENT = """
-WITH heads AS (
-    INSERT INTO stream_heads AS h (stream_id, version)
-    SELECT x.s, x.v FROM unnest(%s::text[], %s::int[]) AS x (s, v) ORDER BY x.s
-    ON CONFLICT (stream_id) DO UPDATE SET version = excluded.version
-    WHERE h.version = excluded.version - 1
-    RETURNING 1
-), queued AS (
-    INSERT INTO unsequenced_events (append_id, n, stream_id, version, prefix, suffix)
-    SELECT a.id, x.n, x.s, x.v, x.p, x.sf FROM (SELECT nextval('append_order') AS id) AS a,
-         unnest(%s::text[], %s::int[], %s::text[], %s::text[]) WITH ORDINALITY
-         AS x (s, v, p, sf, n)
-)
-INSERT INTO idempotency_keys (key, fingerprint, result, recorded_at)
-SELECT %s, %s, %s::jsonb, now() FROM (SELECT count(*) FROM heads) AS done
-"""
 _TICKS = 100
 
 
@@ -102,7 +88,9 @@ def _function(migration: str) -> str:
     return found.group(0).replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION")
 
 
-def _arguments(store: PostgresEventStore, writer: str, run: str, n: int) -> list[object]:
+def _arguments(
+    store: PostgresEventStore, writer: str, run: str, n: int
+) -> list[object] | dict[str, object]:
     """The parameters of append number `n` of `run` for `writer`."""
     if writer in (OLD, NEW):
         pending = store._pending(bet_appends(run, 1, n), metadata(1, n), key_of(run, 1, n))
@@ -113,16 +101,17 @@ def _arguments(store: PostgresEventStore, writer: str, run: str, n: int) -> list
     if writer == ONE:
         pending = store._pending(bet_appends(run, 1, n), metadata(1, n), key_of(run, 1, n))
         parts = pending.documents.split("\n")
-        streams = [f"table:{run}w1", f"wallet:{run}w1"]
-        versions = [n + 1, n + 1]
+        table, wallet = f"table:{run}w1", f"wallet:{run}w1"
         result = {
-            "versions": dict(zip(streams, versions, strict=True)),
-            "appended": [[s, n + 1, n + 1] for s in streams],
+            "versions": {table: n + 1, wallet: n + 1},
+            "appended": [[table, n + 1, n + 1], [wallet, n + 1, n + 1]],
         }
-        return [
-            *(streams, versions, streams, versions, parts[0::2], parts[1::2]),
-            *(pending.key, pending.fingerprint, orjson.dumps(result).decode()),
-        ]
+        return {
+            **{"table": table, "wallet": wallet, "version": n + 1},
+            **{"p1": parts[0], "s1": parts[1], "p2": parts[2], "s2": parts[3]},
+            **{"key": pending.key, "fingerprint": pending.fingerprint},
+            "result": orjson.dumps(result).decode(),
+        }
     bet, stake = payloads(1, n)
     meta = orjson.dumps(
         {"actor": "frontend-1", "role": "frontend", "request_id": metadata(1, n).request_id}
@@ -169,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                         NEW: (_APPEND_BATCH, True),
                         APPEND_ONE: (_APPEND_ONE, True),
                         APPEND_FAST: (_APPEND_FAST, True),
-                        ONE: (_ONE_STATEMENT, True),
+                        ONE: (FLOOR_STATEMENT, True),
                         UNLOCKED: (_UNLOCKED_INSERT, True),
                     }[writer]
                     if writer in (OLD, NEW, APPEND_ONE):
