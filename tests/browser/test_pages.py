@@ -306,8 +306,11 @@ def test_a_coup_dealt_while_the_page_is_open_shows_the_exact_balance_and_all_its
     )
     assert beads(page) == hands
 
-    # The next coup, with the projector running as usual: the beads follow it too.
+    # The next coup, with the projector running as usual: the beads follow it too. The bet and
+    # the Deal are separate requests: a Deal sent before the bet is answered may reach another
+    # worker first and be refused (no bet yet), so the bet's answer is awaited, as a player would.
     page.click("#spot-banker")
+    wait_pence(page, "#balance", wallet["available_pence"] - 500)
     page.click("#deal")
     page.wait_for_function(
         "r => { const o = document.querySelector('#outcome');"
