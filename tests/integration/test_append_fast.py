@@ -8,8 +8,6 @@ left must be the same, and append_fast() must take exactly the cases it is meant
 """
 
 import json
-import threading
-import time
 from datetime import timedelta
 from typing import Any
 
@@ -26,6 +24,7 @@ from tests.integration.test_append_one import (
     Case,
     _answer,
     _rows,
+    answered_once_released,
     refuses_a_busy_log_first,
 )
 
@@ -199,24 +198,12 @@ def test_crossed_guards_wait_in_one_order_and_never_deadlock(
         a_case, b_case = b_case, a_case
     with psycopg.connect(url) as a, psycopg.connect(url, autocommit=True) as b:
         a.execute(holder, [*a_case.arguments("s"), "5000ms", None])
-        answer: list[tuple[Any, str]] = []
-        error: list[BaseException] = []
-
-        def b_appends() -> None:
-            try:
-                answer.append(fast_then_one(b, [*b_case.arguments("s"), "5000ms", None]))
-            except BaseException as raised:  # reported below, in the test's thread
-                error.append(raised)
-
-        waiter = threading.Thread(target=b_appends)
-        waiter.start()
-        waiter.join(0.5)
-        assert waiter.is_alive(), "B did not wait for A's lock on x"
-        a.commit()
-        waiter.join(10)
-        assert not waiter.is_alive()
-    assert not error, error
-    row, path = answer[0]
+        row, path = answered_once_released(
+            lambda: fast_then_one(b, [*b_case.arguments("s"), "5000ms", None]),
+            a.commit,
+            0.5,
+            "B did not wait for A's lock on x",
+        )
     assert path == NOT_TAKEN
     assert row[3] == "SB001"
     guarded = "s-y" if holder == _FAST else "s-x"
@@ -247,20 +234,10 @@ def test_the_store_answers_a_replay_that_waited_while_the_log_grew_busy(
         with psycopg.connect(url) as holder:
             document = append_documents(second, meta, AT)
             holder.execute(_ONE, [document, None, None, None, None, None, None])
-            answers: list[Any] = []
-            errors: list[BaseException] = []
-
-            def replay() -> None:
-                try:
-                    answers.append(store.append(first, meta, key))
-                except BaseException as raised:  # reported below, in the test's thread
-                    errors.append(raised)
-
-            waiter = threading.Thread(target=replay)
-            waiter.start()
-            time.sleep(2.5)  # past the bound: the log is busy now
-            assert waiter.is_alive(), "the replay did not wait for the holder's row"
-            holder.commit()
-            waiter.join(10)
-    assert not errors, errors
-    assert answers[0].replayed
+            answer = answered_once_released(
+                lambda: store.append(first, meta, key),
+                holder.commit,
+                2.5,  # past the bound: the log is busy now
+                "the replay did not wait for the holder's row",
+            )
+    assert answer.replayed

@@ -9,10 +9,11 @@ append_batch(). It takes its locks in append_batch()'s order, so the two never d
 
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 import psycopg
 import pytest
@@ -35,6 +36,41 @@ _BATCH = (
 SIDES = ("one", "batch")
 FAST = "one statement"
 FALLBACK = "append_batch"
+T = TypeVar("T")
+
+
+def answered_once_released(
+    call: Callable[[], T], release: Callable[[], None], waits: float, why: str
+) -> T:
+    """`call`'s answer, run in a thread of its own that must still be waiting after `waits`
+    seconds (for a lock that `release` lets go of) and must end within 10 s of the release;
+    an error it raised is raised here, in the test's thread."""
+    answer: list[T] = []
+    error: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            answer.append(call())
+        except BaseException as raised:  # reported below, in the test's thread
+            error.append(raised)
+
+    waiter = threading.Thread(target=run)
+    waiter.start()
+    waiter.join(waits)
+    assert waiter.is_alive(), why
+    release()
+    waiter.join(10)
+    assert not waiter.is_alive(), "it still waited 10 s after the release"
+    if error:
+        raise error[0]
+    return answer[0]
+
+
+def one_row(
+    conn: psycopg.Connection[Any], query: str, arguments: Sequence[object]
+) -> tuple[Any, ...] | None:
+    """The first row `query` answers on `conn`."""
+    return conn.execute(query, arguments).fetchone()
 
 
 def stake(amount: int) -> NewEvent:
@@ -305,34 +341,17 @@ def test_crossed_guards_on_both_paths_wait_in_one_order_and_never_deadlock(
         b_writes = Case("", [("y", 2, 1)], FALLBACK, guards=[("x", x_at)])
         with psycopg.connect(url) as a, psycopg.connect(url, autocommit=True) as b:
             a.execute(a_query, [*a_writes.arguments("s"), "5000ms", None])
-            answer: list[tuple[Any, ...] | None] = []
-            error: list[BaseException] = []
-
-            def b_appends(
-                query: str = b_query,
-                b: psycopg.Connection[Any] = b,
-                case: Case = b_writes,
-                answer: list[tuple[Any, ...] | None] = answer,
-                error: list[BaseException] = error,
-            ) -> None:
-                try:
-                    arguments = [*case.arguments("s"), "5000ms", None]
-                    answer.append(b.execute(query, arguments).fetchone())
-                except BaseException as raised:  # reported below, in the test's thread
-                    error.append(raised)
-
-            waiter = threading.Thread(target=b_appends)
-            waiter.start()
-            waiter.join(0.5)
-            assert waiter.is_alive(), "B did not wait for A's lock on x"
-            a.commit()
-            waiter.join(10)
-            assert not waiter.is_alive()
-            assert not error, error
-            assert answer[0] is not None
-            assert answer[0][3] == "SB001"
+            arguments = [*b_writes.arguments("s"), "5000ms", None]
+            row = answered_once_released(
+                partial(one_row, b, b_query, arguments),
+                a.commit,
+                0.5,
+                "B did not wait for A's lock on x",
+            )
+            assert row is not None
+            assert row[3] == "SB001"
             stale = {"stream_id": "s-x", "expected": x_at, "actual": x_at + 1}
-            assert json.loads(answer[0][4]) == stale
+            assert json.loads(row[4]) == stale
         x_at += 1
 
 
@@ -348,23 +367,13 @@ def test_a_replay_that_waited_for_its_rows_is_answered_though_the_log_grew_busy_
         conn.execute(_ONE, [*first.arguments("x"), "5000ms", None])
     with psycopg.connect(url) as holder, psycopg.connect(url, autocommit=True) as replayer:
         holder.execute(_ONE, [*Case("", [("wallet:r", 2, 1)], FAST).arguments("x"), None, None])
-        answers: list[tuple[Any, ...] | None] = []
-        errors: list[BaseException] = []
-
-        def replay() -> None:
-            try:
-                arguments = [*first.arguments("x"), "5000ms", "2s"]
-                answers.append(replayer.execute(_ONE, arguments).fetchone())
-            except BaseException as raised:  # reported below, in the test's thread
-                errors.append(raised)
-
-        waiter = threading.Thread(target=replay)
-        waiter.start()
-        waiter.join(2.5)  # past the bound: the log is busy now
-        assert waiter.is_alive(), "the replay did not wait for the holder's row"
-        holder.commit()
-        waiter.join(10)
-    assert not errors, errors
-    assert answers[0] is not None
-    assert answers[0][1] is not None  # replayed
-    assert answers[0][5] == FALLBACK
+        arguments = [*first.arguments("x"), "5000ms", "2s"]
+        answer = answered_once_released(
+            partial(one_row, replayer, _ONE, arguments),
+            holder.commit,
+            2.5,  # past the bound: the log is busy now
+            "the replay did not wait for the holder's row",
+        )
+    assert answer is not None
+    assert answer[1] is not None  # replayed
+    assert answer[5] == FALLBACK
