@@ -462,6 +462,35 @@ def test_a_refused_limit_change_explains_the_weekly_rule(context: Any, shoebox: 
     assert "once a week" in page.text_content("#limit-error")
 
 
+def test_a_deal_clicked_while_a_bet_is_in_flight_waits_for_the_bets_answer(
+    context: Any, shoebox: Shoebox
+) -> None:
+    # Sent together, the Deal could reach another worker first and be refused for want of a
+    # bet. The bet's request is held in the browser, so the order cannot come out right by luck.
+    table = shoebox.table("one-at-a-time", betting_window_ms=60_000)
+    page = open_table(context, shoebox, table)
+    sit(page, 2)
+    held: list[Any] = []
+    sent: list[str] = []
+    page.route(re.compile(r"/bets$"), lambda route: held.append(route))
+    page.on("request", lambda request: sent.append(request.url.rsplit("/", 1)[-1]))
+    page.click("[data-chip='500']")
+    page.click("#spot-banker")
+    # Playwright's sync API runs the route handler only inside its own calls, not time.sleep.
+    deadline = time.monotonic() + WAIT_MS / 1000
+    while not held and time.monotonic() < deadline:
+        page.wait_for_timeout(50)
+    assert held, "the bet's request never left"
+    page.click("#deal")
+    page.wait_for_timeout(500)
+    assert "deal" not in sent, "the Deal left while its bet was unanswered"
+    held[0].continue_()
+    round_id = wait_outcome(page)
+    assert sent.index("bets") < sent.index("deal")
+    played, _ = round_cards(shoebox, round_id)
+    assert [b["spot"] for b in played["bets"]] == ["banker"]
+
+
 def test_the_dashboard_shows_a_round_soon_after_its_deal_and_voids_by_malfunction(
     browser: Any, shoebox: Shoebox, tmp_path: Path
 ) -> None:

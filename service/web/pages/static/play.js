@@ -229,8 +229,17 @@ function showOutcome(coup) {
   $("outcome").dataset.round = coup.round_id;
 }
 
-// Actions.
-async function act(method, path, body, success) {
+// Actions. A player's commands go one at a time, in the order given: sent together, a Deal
+// could reach the server (another worker) before the bet clicked just before it, and be
+// refused for want of a bet.
+let lastCommand = Promise.resolve();
+function act(method, path, body, success) {
+  const run = lastCommand.then(() => send(method, path, body, success));
+  lastCommand = run.catch(() => undefined);
+  return run;
+}
+
+async function send(method, path, body, success) {
   const answer = await api(method, path, body);
   if (!answer.ok) {
     say(problemText(answer));
