@@ -300,11 +300,17 @@ async def act(
     key: str,
     table_id: str,
     player_id: str,
+    round_id: str,
     at: float,
     tally: Tally,
     rng: random.Random,
 ) -> None:
-    """One player's turn in a window: sleep until `at`, bet one to three times, press Deal."""
+    """One player's turn in a window: sleep until `at`, bet one to three times, press Deal.
+
+    Each action names its round, as a careful front end does: one that arrives after the
+    window closed is refused as late (round.betting_window_closed), not placed into the next
+    round, where it would leave the player's next turn refused too.
+    """
     await asyncio.sleep(max(0.0, at - time.monotonic()))
     connection = Connection(port)
     try:
@@ -315,6 +321,7 @@ async def act(
                 "player_id": player_id,
                 "spot": rng.choice(SPOTS),
                 "stake_pence": rng.choice(STAKES),
+                "round_id": round_id,
             }
             started = time.perf_counter()
             status, _ = await call(
@@ -324,9 +331,8 @@ async def act(
                 return  # the window closed under it, or the server refused: the turn is over
             tally.bet_latencies.append(time.perf_counter() - started)
             tally.bets += 1
-        await call(
-            connection, tally, "POST", f"/v1/tables/{table_id}/deal", key, {"player_id": player_id}
-        )
+        deal = {"player_id": player_id, "round_id": round_id}
+        await call(connection, tally, "POST", f"/v1/tables/{table_id}/deal", key, deal)
     finally:
         connection.close()
 
@@ -371,7 +377,7 @@ async def play_table(
                 starters = players[1:]
                 turns.append(
                     asyncio.create_task(
-                        deal_soon(port, key, table_id, opener, closes_at, tally, rng)
+                        deal_soon(port, key, table_id, opener, round_id, closes_at, tally, rng)
                     )
                 )
             else:
@@ -391,7 +397,16 @@ async def play_table(
                     before = rng.uniform(burst, left)
                 turns.append(
                     asyncio.create_task(
-                        act(port, key, table_id, player_id, now + left - before, tally, rng)
+                        act(
+                            port,
+                            key,
+                            table_id,
+                            player_id,
+                            round_id,
+                            now + left - before,
+                            tally,
+                            rng,
+                        )
                     )
                 )
             await asyncio.gather(*turns)
@@ -412,6 +427,7 @@ async def deal_soon(
     key: str,
     table_id: str,
     player_id: str,
+    round_id: str,
     closes_at: str,
     tally: Tally,
     rng: random.Random,
@@ -422,9 +438,8 @@ async def deal_soon(
     await asyncio.sleep(max(0.0, at - time.monotonic()))
     connection = Connection(port)
     try:
-        await call(
-            connection, tally, "POST", f"/v1/tables/{table_id}/deal", key, {"player_id": player_id}
-        )
+        deal = {"player_id": player_id, "round_id": round_id}
+        await call(connection, tally, "POST", f"/v1/tables/{table_id}/deal", key, deal)
     finally:
         connection.close()
 

@@ -57,6 +57,7 @@ from domain.round import (
     withdraw,
 )
 from domain.round_errors import (
+    BettingWindowClosed,
     ClientSeedNotRotated,
     InvalidTableSettings,
     MalfunctionNeedsAReason,
@@ -226,6 +227,34 @@ class Table:
 def round_id_for(table_id: str, number: int) -> str:
     """A round's id: unique across tables, readable, and the same on every retry of a command."""
     return f"{table_id}-{number}"
+
+
+def expect_betting_round(table: Table, round_id: str) -> None:
+    """A command that names its round goes into that round, or is refused as late.
+
+    Unnamed, a bet, Deal or Pass goes into whatever round is open when it arrives: one sent as
+    a window closes lands in the next round (a bet at an idle table opens one), which its
+    player never saw. Named, it is refused instead: `round.betting_window_closed` for a round
+    of this table that is past betting, `round.not_found` for any other id. Whether the
+    window's deadline has passed is the command's own check, at its own time.
+    """
+    current = table.round
+    if current is not None and current.round_id == round_id and current.phase is Phase.BETTING:
+        return
+    number = round_id.removeprefix(f"{table.table_id}-")
+    past = number.isascii() and number.isdigit() and round_id_for(table.table_id, int(number))
+    if past == round_id and 1 <= int(number) <= table.rounds_opened:
+        raise BettingWindowClosed(
+            f"round {round_id} is past betting (rule {BettingWindowClosed.rule}); "
+            + (
+                f"round {current.round_id} is the table's round now"
+                if current is not None and current.round_id != round_id
+                else "its window has closed"
+            )
+        )
+    raise RoundNotFound(
+        f"round {round_id} is not a round of table {table.table_id} (rule {RoundNotFound.rule})"
+    )
 
 
 # Table-level events; the round's events are in domain/round.py.

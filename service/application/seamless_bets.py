@@ -257,20 +257,37 @@ class SeamlessService:
     # Bets.
 
     def place_bet(
-        self, table_id: str, player_id: str, spot: Spot, stake: int, actor: Actor
+        self,
+        table_id: str,
+        player_id: str,
+        spot: Spot,
+        stake: int,
+        actor: Actor,
+        round_id: str | None = None,
     ) -> Receipt:
-        """Debit the stake from the operator's wallet, then place the bet with its debit."""
+        """Debit the stake from the operator's wallet, then place the bet with its debit.
+
+        A bet that names its round and is refused for it is refused before any wallet call.
+        """
         return self._debited(
             table_id,
             player_id,
             actor,
-            lambda: self._games.preview_bet(table_id, player_id, spot, stake),
+            lambda: self._games.preview_bet(table_id, player_id, spot, stake, round_id),
             lambda take: self._games.place_bet(
-                table_id, player_id, spot, stake, actor, lambda plan, bet: take(plan, [bet])
+                table_id,
+                player_id,
+                spot,
+                stake,
+                actor,
+                lambda plan, bet: take(plan, [bet]),
+                round_id,
             ),
         )
 
-    def rebet(self, table_id: str, player_id: str, actor: Actor) -> Receipt:
+    def rebet(
+        self, table_id: str, player_id: str, actor: Actor, round_id: str | None = None
+    ) -> Receipt:
         """Repeat the last round's bets, each debited from the operator's wallet on its own.
 
         All or nothing, as the internal wallet's rebet: one `bet` call per BetPlaced, in the
@@ -281,8 +298,8 @@ class SeamlessService:
             table_id,
             player_id,
             actor,
-            lambda: self._games.preview_rebet(table_id, player_id),
-            lambda take: self._games.rebet(table_id, player_id, actor, take),
+            lambda: self._games.preview_rebet(table_id, player_id, round_id),
+            lambda take: self._games.rebet(table_id, player_id, actor, take, round_id),
         )
 
     def _debited(

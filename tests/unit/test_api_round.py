@@ -159,3 +159,53 @@ def test_a_timed_out_round_is_dealt_by_any_request_to_its_table_even_a_command()
     late = api.bet("T1", "bob", "banker", 1_000)
     assert late["round_id"] == "T1-2"
     assert api.available("alice") == FLOAT - 1_000 + 2_000  # Player £10 wins 1 to 1
+
+
+def test_a_late_action_that_names_its_round_is_refused_not_moved_into_the_next_round() -> None:
+    api = Api(seeds=(seed_dealing((Outcome.PLAYER, Outcome.BANKER)),))
+    api.create_table("T1")
+    for seat, player in enumerate(("alice", "bob"), start=1):
+        api.fund(player)
+        api.sit("T1", player, seat)
+    opened = api.bet("T1", "alice", "player", 1_000)
+    bets = "/v1/tables/T1/bets"
+    # Named and open: the bet, Deal and Pass go in as unnamed ones would.
+    named = {"player_id": "bob", "spot": "banker", "stake_pence": 500, "round_id": "T1-1"}
+    assert api.ok("POST", bets, named, status=201)["round_id"] == opened["round_id"] == "T1-1"
+    assert api.ok("POST", "/v1/tables/T1/pass", {"player_id": "bob", "round_id": "T1-1"})
+    api.clock.advance(16)
+
+    # Past the deadline a named bet, Deal, Pass or Rebet is refused as late. The first request
+    # to the table closes the overdue window as any would (Alice, who never pressed Deal, is
+    # excluded and her stake comes back); the refused actions themselves record nothing, and
+    # no round 2 is opened under the player.
+    heads = []
+    for path, body in (
+        (bets, {**named, "player_id": "alice"}),
+        ("/v1/tables/T1/deal", {"player_id": "alice", "round_id": "T1-1"}),
+        ("/v1/tables/T1/pass", {"player_id": "alice", "round_id": "T1-1"}),
+        ("/v1/tables/T1/rebet", {"player_id": "alice", "round_id": "T1-1"}),
+    ):
+        status, problem = api.refused("POST", path, body)
+        assert (status, problem["rule"]) == (409, "round.betting_window_closed"), problem
+        assert "T1-1" in problem["detail"]
+        heads.append(api.store.head())
+    assert len(set(heads)) == 1
+    assert api.available("alice") == FLOAT
+    assert (api.state()["round_id"], api.state()["phase"]) == ("T1-1", "idle")
+
+    # Unnamed, the same bet opens round 2.
+    late = api.bet("T1", "alice", "banker", 1_000)
+    assert late["round_id"] == "T1-2"
+    # Named after the round it meant, it is late; named for a round this table never had, it
+    # is not found; neither changes anything.
+    for round_id, rule in (
+        ("T1-1", "round.betting_window_closed"),
+        ("T1-3", "round.not_found"),
+        ("T1-02", "round.not_found"),
+        ("T2-2", "round.not_found"),
+    ):
+        status, problem = api.refused("POST", bets, {**named, "round_id": round_id})
+        assert (status, problem["rule"]) == (409, rule), (round_id, problem)
+    assert api.ok("POST", bets, {**named, "round_id": "T1-2"}, status=201)["round_id"] == "T1-2"
+    assert api.refused("POST", bets, {**named, "round_id": "not an id!"})[0] == 422

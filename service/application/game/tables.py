@@ -53,6 +53,7 @@ from domain.table import (
     UnmutePlayer,
     decide,
     evolve,
+    expect_betting_round,
 )
 from domain.wallet import (
     Wallet,
@@ -247,14 +248,17 @@ class GameService:
         stake: int,
         actor: Actor,
         debit: Callable[[Plan, BetPlaced], None] | None = None,
+        round_id: str | None = None,
     ) -> Receipt:
         """Put a stake on a spot, reserving it from the wallet in the same append.
 
         A seamless player's stake is taken by `debit` instead: called with each bet the plan
         places, it debits the operator's wallet (or raises) and records the debit in the plan.
+        With `round_id` the bet goes into that round or is refused (expect_betting_round).
         """
 
         def act(plan: Plan, now: datetime) -> None:
+            _expect_round(plan, round_id)
             limit = self._player_limit(plan, player_id)
             self._open_shoe_for_new_round(plan, player_id, now)
             placed = plan.run(PlaceBet(player_id, Spot(spot), stake, limit), now)
@@ -266,7 +270,7 @@ class GameService:
         return self._command(table_id, actor, act)
 
     def preview_bet(
-        self, table_id: str, player_id: str, spot: Spot, stake: int
+        self, table_id: str, player_id: str, spot: Spot, stake: int, round_id: str | None = None
     ) -> BetPlaced | None:
         """The bet `place_bet` would record now into the round open for betting, decided on
         the table as the log has it, writing nothing; the domain's refusal is raised.
@@ -281,6 +285,8 @@ class GameService:
         current = table.round
         if current is None or current.phase is not Phase.BETTING or self._overdue(table, now):
             return None
+        if round_id is not None:
+            expect_betting_round(table, round_id)
         _, limit = self._limits.limit(self._store, player_id)
         for event in decide(table, PlaceBet(player_id, Spot(spot), stake, limit.limit), now):
             if isinstance(event, BetPlaced):
@@ -299,6 +305,7 @@ class GameService:
         player_id: str,
         actor: Actor,
         debit: Callable[[Plan, list[BetPlaced]], None] | None = None,
+        round_id: str | None = None,
     ) -> Receipt:
         """Repeat one's bets of the last round played at this seat.
 
@@ -308,6 +315,7 @@ class GameService:
         """
 
         def act(plan: Plan, now: datetime) -> None:
+            _expect_round(plan, round_id)
             limit = self._player_limit(plan, player_id)
             self._open_shoe_for_new_round(plan, player_id, now)
             placed = plan.run(Rebet(player_id, limit), now)
@@ -316,7 +324,9 @@ class GameService:
 
         return self._command(table_id, actor, act)
 
-    def preview_rebet(self, table_id: str, player_id: str) -> list[BetPlaced] | None:
+    def preview_rebet(
+        self, table_id: str, player_id: str, round_id: str | None = None
+    ) -> list[BetPlaced] | None:
         """The bets `rebet` would place now into the round open for betting, as `preview_bet`
         decides a bet: on the table as the log has it, writing nothing; None when no round is
         open for betting."""
@@ -325,17 +335,33 @@ class GameService:
         current = table.round
         if current is None or current.phase is not Phase.BETTING or self._overdue(table, now):
             return None
+        if round_id is not None:
+            expect_betting_round(table, round_id)
         _, limit = self._limits.limit(self._store, player_id)
         events = decide(table, Rebet(player_id, limit.limit), now)
         return [event for event in events if isinstance(event, BetPlaced)]
 
-    def press_deal(self, table_id: str, player_id: str, actor: Actor) -> Receipt:
+    def press_deal(
+        self, table_id: str, player_id: str, actor: Actor, round_id: str | None = None
+    ) -> Receipt:
         """Confirm one's bets; the last participant to act brings the deal."""
-        return self._command(table_id, actor, lambda plan, now: plan.run(PressDeal(player_id), now))
 
-    def pass_turn(self, table_id: str, player_id: str, actor: Actor) -> Receipt:
+        def act(plan: Plan, now: datetime) -> None:
+            _expect_round(plan, round_id)
+            plan.run(PressDeal(player_id), now)
+
+        return self._command(table_id, actor, act)
+
+    def pass_turn(
+        self, table_id: str, player_id: str, actor: Actor, round_id: str | None = None
+    ) -> Receipt:
         """Sit this coup out; one's bets come back."""
-        return self._command(table_id, actor, lambda plan, now: plan.run(Pass(player_id), now))
+
+        def act(plan: Plan, now: datetime) -> None:
+            _expect_round(plan, round_id)
+            plan.run(Pass(player_id), now)
+
+        return self._command(table_id, actor, act)
 
     def close_window(self, table_id: str, round_id: str) -> Receipt | None:
         """The scheduled job: close this round's window and deal; None if already past it."""
@@ -751,3 +777,9 @@ def _cards_key(shoe_id: str, client_seed: str) -> str:
     may each draw their own client seed, and the losing attempt's cards must never be dealt.
     """
     return f"{shoe_id}:{client_seed}"
+
+
+def _expect_round(plan: Plan, round_id: str | None) -> None:
+    """A command that names its round is decided in it, after any overdue window has closed."""
+    if round_id is not None:
+        expect_betting_round(plan.table, round_id)

@@ -20,6 +20,7 @@ from service.web.auth import roles
 from service.web.fields import (
     PLAYER_ID_PARAMETER,
     TABLE_ID_PARAMETER,
+    id_field,
     pence_field,
 )
 from service.web.idempotency import answer_command, answered_in_append
@@ -39,10 +40,24 @@ blp = Blueprint(
 )
 
 
+def _round_field() -> ma.fields.String:
+    return id_field(
+        "The round this action is meant for. If given and that round is no longer open for"
+        " betting, the action is refused (409 `round.betting_window_closed`; `round.not_found`"
+        " for an id that is no round of this table) instead of going into the round open now,"
+        " or opening the next one. Without it, the action goes into whatever round is open"
+        " when it arrives.",
+        example="table-1-7",
+        required=False,
+        load_default=None,
+    )
+
+
 class PlayerSchema(ma.Schema):
-    """A body naming only the player who acts."""
+    """A body naming the player who acts, and optionally the round it is meant for."""
 
     player_id = player_field("The player who acts.")
+    round_id = _round_field()
 
 
 class NewBetSchema(ma.Schema):
@@ -51,6 +66,7 @@ class NewBetSchema(ma.Schema):
     player_id = player_field("The player who bets.")
     spot = ma.fields.Enum(Spot, by_value=True, required=True)
     stake_pence = pence_field("The stake: whole pounds, in the table's chips.", required=True)
+    round_id = _round_field()
 
 
 @blp.route("/<id:table_id>/bets", parameters=[TABLE_ID_PARAMETER])
@@ -73,7 +89,7 @@ class Bets(MethodView):
                 201,
                 _ACTION,
                 lambda caller: seamless.place_bet(
-                    table_id, player_id, bet["spot"], bet["stake_pence"], caller
+                    table_id, player_id, bet["spot"], bet["stake_pence"], caller, bet["round_id"]
                 ),
                 answered_with_debit(table_id, player_id),
             )
@@ -81,7 +97,12 @@ class Bets(MethodView):
             201,
             _ACTION,
             lambda caller: container().games.place_bet(
-                table_id, player_id, bet["spot"], bet["stake_pence"], caller
+                table_id,
+                player_id,
+                bet["spot"],
+                bet["stake_pence"],
+                caller,
+                round_id=bet["round_id"],
             ),
             answered_with_wallet(table_id, player_id, container().wallets, container().seamless),
         )
@@ -130,13 +151,15 @@ class Rebet(MethodView):
             return answer_command(
                 201,
                 _ACTION,
-                lambda caller: seamless.rebet(table_id, player_id, caller),
+                lambda caller: seamless.rebet(table_id, player_id, caller, acting["round_id"]),
                 answered_with_debit(table_id, player_id),
             )
         return answer_command(
             201,
             _ACTION,
-            lambda caller: container().games.rebet(table_id, player_id, caller),
+            lambda caller: container().games.rebet(
+                table_id, player_id, caller, round_id=acting["round_id"]
+            ),
             answered_with_wallet(table_id, player_id, container().wallets, container().seamless),
         )
 
@@ -156,7 +179,9 @@ class Deal(MethodView):
         return answer_command(
             200,
             _ACTION,
-            lambda caller: container().games.press_deal(table_id, player_id, caller),
+            lambda caller: container().games.press_deal(
+                table_id, player_id, caller, acting["round_id"]
+            ),
             answered_with_wallet(table_id, player_id, container().wallets, container().seamless),
         )
 
@@ -176,6 +201,8 @@ class Pass(MethodView):
         return answer_command(
             200,
             _ACTION,
-            lambda caller: container().games.pass_turn(table_id, player_id, caller),
+            lambda caller: container().games.pass_turn(
+                table_id, player_id, caller, acting["round_id"]
+            ),
             answered_with_wallet(table_id, player_id, container().wallets, container().seamless),
         )

@@ -813,6 +813,30 @@ def test_a_bet_the_rules_refuse_never_reaches_the_wallet(
     assert shoebox.types(player) == ["SessionOpened", "StakeDebited"]
 
 
+def test_a_bet_naming_a_round_past_betting_never_reaches_the_wallet(
+    shoebox: Shoebox, seated: Seated, table: str, wallet_clock: MovableClock
+) -> None:
+    player, _ = seated(10_000)
+    other, _ = seated(10_000, seat=2)
+    shoebox.seamless.place_bet(table, player, Spot.BANKER, 500, FRONTEND)
+    round_1 = f"{table}-1"
+    shoebox.seamless.place_bet(table, player, Spot.PLAYER, 100, FRONTEND, round_1)
+    shoebox.games.press_deal(table, player, FRONTEND, round_1)
+    shoebox.games.pass_turn(table, other, FRONTEND, round_1)  # the last to act: the deal
+    # Round 1 is settled and round 2 opened for both: a bet meant for round 1 is late, both
+    # through the preview (a round is betting) and, once none is, inside the command.
+    with pytest.raises(BettingWindowClosed):
+        shoebox.seamless.place_bet(table, player, Spot.BANKER, 500, FRONTEND, round_1)
+    with pytest.raises(BettingWindowClosed):
+        shoebox.seamless.rebet(table, player, FRONTEND, round_1)
+    wallet_clock.offset += timedelta(seconds=16)
+    with pytest.raises(BettingWindowClosed):
+        shoebox.seamless.place_bet(table, player, Spot.BANKER, 500, FRONTEND, f"{table}-2")
+    shoebox.calls.catch_up()
+    assert [row[:2] for row in shoebox.rows("bet")] == [("bet", "confirmed")] * 2
+    assert [t for t in shoebox.types(player) if t == "StakeDebited"] == ["StakeDebited"] * 2
+
+
 def _wait_for(condition: Callable[[], bool], what: str, seconds: float = 20.0) -> None:
     """Poll until `condition` holds; fail naming `what` if it never does."""
     deadline = time.monotonic() + seconds
