@@ -244,13 +244,13 @@ def expect_betting_round(table: Table, round_id: str) -> None:
     number = round_id.removeprefix(f"{table.table_id}-")
     past = number.isascii() and number.isdigit() and round_id_for(table.table_id, int(number))
     if past == round_id and 1 <= int(number) <= table.rounds_opened:
+        now_at = (
+            f"; the table is at round {current.round_id} now"
+            if current is not None and current.round_id != round_id
+            else ""
+        )
         raise BettingWindowClosed(
-            f"round {round_id} is past betting (rule {BettingWindowClosed.rule}); "
-            + (
-                f"round {current.round_id} is the table's round now"
-                if current is not None and current.round_id != round_id
-                else "its window has closed"
-            )
+            f"round {round_id} is past betting{now_at} (rule {BettingWindowClosed.rule})"
         )
     raise RoundNotFound(
         f"round {round_id} is not a round of table {table.table_id} (rule {RoundNotFound.rule})"

@@ -472,8 +472,15 @@ def test_a_deal_clicked_while_a_bet_is_in_flight_waits_for_the_bets_answer(
     sit(page, 2)
     held: list[Any] = []
     sent: list[str] = []
+    bodies: list[tuple[str, Any]] = []
     page.route(re.compile(r"/bets$"), lambda route: held.append(route))
-    page.on("request", lambda request: sent.append(request.url.rsplit("/", 1)[-1]))
+
+    def on_request(request: Any) -> None:
+        sent.append(request.url.rsplit("/", 1)[-1])
+        if request.method == "POST":
+            bodies.append((sent[-1], request.post_data_json))
+
+    page.on("request", on_request)
     page.click("[data-chip='500']")
     page.click("#spot-banker")
     # Playwright's sync API runs the route handler only inside its own calls, not time.sleep.
@@ -489,6 +496,25 @@ def test_a_deal_clicked_while_a_bet_is_in_flight_waits_for_the_bets_answer(
     assert sent.index("bets") < sent.index("deal")
     played, _ = round_cards(shoebox, round_id)
     assert [b["spot"] for b in played["bets"]] == ["banker"]
+    # At the idle table nothing was named; the next round, which the coup opened and the page
+    # shows open for betting, is named in the bet and the Deal meant for it.
+    assert [body.get("round_id") for _, body in bodies] == [None, None]
+    page.unroute(re.compile(r"/bets$"))
+    next_round = f"{table}-2"
+    page.wait_for_function(
+        "() => document.querySelector('#phase').textContent === 'betting'", timeout=WAIT_MS
+    )
+    page.click("#spot-player")
+    page.click("#deal")
+    page.wait_for_function(
+        "r => document.querySelector('#outcome').dataset.round === r",
+        arg=next_round,
+        timeout=WAIT_MS,
+    )
+    assert [(kind, body.get("round_id")) for kind, body in bodies[2:]] == [
+        ("bets", next_round),
+        ("deal", next_round),
+    ]
 
 
 def test_the_dashboard_shows_a_round_soon_after_its_deal_and_voids_by_malfunction(

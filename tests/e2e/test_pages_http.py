@@ -110,3 +110,27 @@ def test_the_play_page_moves_a_seated_player_in_one_step(tmp_path: Path) -> None
         seat["seat"] for seat in state["seats"] if seat["player_id"] == sat.get_json()["player_id"]
     ]
     assert mine == [3]
+
+
+def test_the_play_pages_backend_forwards_the_round_its_page_named(tmp_path: Path) -> None:
+    client, _ = demo_client(tmp_path)
+    csrf = start_playing(client)
+    headers = {"X-CSRF-Token": csrf}
+    sat = client.post("/play/api/tables/demo/seats", json={"seat": 1}, headers=headers)
+    assert sat.status_code == 201, sat.get_json()
+    body = {"spot": "player", "stake_pence": 100}
+    opened = client.post("/play/api/tables/demo/bets", json=body, headers=headers).get_json()
+    named = {**body, "round_id": opened["round_id"]}
+    assert client.post("/play/api/tables/demo/bets", json=named, headers=headers).status_code == 201
+    # A round the table has not reached is no round of it: the API's refusal comes back whole.
+    for path, sent in (
+        ("bets", {**body, "round_id": "demo-9"}),
+        ("deal", {"round_id": "demo-9"}),
+        ("pass", {"round_id": "demo-9"}),
+        ("rebet", {"round_id": "demo-9"}),
+    ):
+        refused = client.post(f"/play/api/tables/demo/{path}", json=sent, headers=headers)
+        assert refused.status_code == 409, (path, refused.get_json())
+        assert refused.get_json()["rule"] == "round.not_found"
+    dealt = client.post("/play/api/tables/demo/deal", json={}, headers=headers)
+    assert dealt.status_code == 200, dealt.get_json()

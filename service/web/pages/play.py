@@ -95,6 +95,12 @@ def _body() -> dict[str, Any]:
     return body if isinstance(body, dict) else {}
 
 
+def _round(sent: dict[str, Any]) -> dict[str, Any]:
+    """The round the page showed open for betting when its player acted, if it named one: the
+    API then refuses the action as late rather than moving it into the next round."""
+    return {"round_id": sent["round_id"]} if sent.get("round_id") is not None else {}
+
+
 @blp.get("")
 def table_page() -> Response:
     """The table page, or the form that starts a demo session."""
@@ -232,6 +238,7 @@ def bet(table_id: str) -> Response:
         "player_id": _player(),
         "spot": sent.get("spot"),
         "stake_pence": sent.get("stake_pence"),
+        **_round(sent),
     }
     return _frontend("POST", f"/v1/tables/{table_id}/bets", body=body).response()
 
@@ -247,7 +254,7 @@ def remove_bets(table_id: str) -> Response:
 @play_api
 def act(table_id: str, action: str) -> Response:
     """Deal, Pass, or repeat the last bet."""
-    body = {"player_id": _player()}
+    body = {"player_id": _player(), **_round(_body())}
     return _frontend("POST", f"/v1/tables/{table_id}/{action}", body=body).response()
 
 

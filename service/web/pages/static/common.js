@@ -1,7 +1,7 @@
 // What both pages share: calls to their own server's backend, with the CSRF token on changes.
 const csrf = document.querySelector('meta[name="csrf-token"]')?.content ?? "";
 
-export async function api(method, path, body) {
+export async function api(method, path, body, timeoutMs) {
   const headers = { Accept: "application/json" };
   if (method !== "GET") headers["X-CSRF-Token"] = csrf;
   if (body !== undefined) headers["Content-Type"] = "application/json";
@@ -10,6 +10,7 @@ export async function api(method, path, body) {
     headers,
     credentials: "same-origin",
     body: body === undefined ? undefined : JSON.stringify(body),
+    signal: timeoutMs === undefined ? undefined : AbortSignal.timeout(timeoutMs),
   });
   let document = null;
   try {

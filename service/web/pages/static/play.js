@@ -11,6 +11,7 @@ const SPOTS = ["player", "banker", "tie"];
 const SUITS = { C: "♣ clubs", D: "♦ diamonds", H: "♥ hearts", S: "♠ spades" };
 const RANK_NAMES = { A: "A", T: "10", J: "J", Q: "Q", K: "K" };
 const CARD_DELAY_MS = 350;
+const COMMAND_TIMEOUT_MS = 15_000;
 
 const view = {
   table: null,
@@ -240,7 +241,15 @@ function act(method, path, body, success) {
 }
 
 async function send(method, path, body, success) {
-  const answer = await api(method, path, body);
+  let answer;
+  try {
+    answer = await api(method, path, body, COMMAND_TIMEOUT_MS);
+  } catch {
+    // No answer (the network, or the time limit): the player is told, and the next command
+    // in the queue goes ahead. Sent again, a command is refused or repeated by its rules.
+    say("The server did not answer; try again.");
+    return { ok: false, status: 0, body: null };
+  }
   if (!answer.ok) {
     say(problemText(answer));
     return answer;
@@ -256,18 +265,26 @@ async function sit(seat) {
   await refreshState();
 }
 
+// The round the player sees open for betting, named in each action meant for it: one that
+// arrives after that window closed is refused as late, never moved into the next round. At an
+// idle table none is named, and a bet opens the next round.
+function shownRound() {
+  return view.state?.phase === "betting" && view.state.round_id ? { round_id: view.state.round_id } : {};
+}
+
 async function placeBet(spot) {
   if (view.planned <= 0) {
     say("Choose chips first: each click on a chip adds it to your planned wager.");
     return;
   }
-  await act("POST", `${base}/bets`, { spot, stake_pence: view.planned }, `${pounds(view.planned)} on ${spot}.`);
+  const body = { spot, stake_pence: view.planned, ...shownRound() };
+  await act("POST", `${base}/bets`, body, `${pounds(view.planned)} on ${spot}.`);
 }
 
 const removeBets = () => act("DELETE", `${base}/bets`, undefined, "Your bets are withdrawn.");
-const deal = () => act("POST", `${base}/deal`, undefined, "Deal.");
-const pass = () => act("POST", `${base}/pass`, undefined, "You pass this hand.");
-const rebet = () => act("POST", `${base}/rebet`, undefined, "Your last bet again.");
+const deal = () => act("POST", `${base}/deal`, shownRound(), "Deal.");
+const pass = () => act("POST", `${base}/pass`, shownRound(), "You pass this hand.");
+const rebet = () => act("POST", `${base}/rebet`, shownRound(), "Your last bet again.");
 
 function adjustPlanned(pence) {
   view.planned = Math.max(0, view.planned + pence);
