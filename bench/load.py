@@ -2,7 +2,7 @@
 
 Run as `.venv/bin/python bench/load.py [--quick] [--levels 1,10,50,200] [--seconds S]` with
 DATABASE_URL naming a PostgreSQL server (default postgresql://postgres@127.0.0.1:5432/postgres).
-It creates a database of its own and starts `shoebox run` on it (several gunicorn workers, the
+It creates a database of its own and starts `shoebox run` on it (its gunicorn workers, the
 window worker, the rebuild worker and the projector) with the embedded Redis, a private
 redis-server, so nothing of it touches a shared Redis; it drops both at the end. Every request
 goes to 127.0.0.1, and each level is bounded in time and in requests.
@@ -541,7 +541,9 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def shoebox_run(database_url: str, workers: int, log_path: Path) -> Iterator[tuple[int, int]]:
+def shoebox_run(
+    database_url: str, workers: int | None, log_path: Path
+) -> Iterator[tuple[int, int]]:
     """`shoebox run` on the database with a private embedded Redis; yields (port, its pid)."""
     port = free_port()
     data_dir = Path(tempfile.mkdtemp(prefix="shoebox-load-"))
@@ -562,7 +564,9 @@ def shoebox_run(database_url: str, workers: int, log_path: Path) -> Iterator[tup
     for name in ("REDIS_URL", "SHOEBOX_APP_DATABASE_URL", "PROMETHEUS_MULTIPROC_DIR"):
         environment.pop(name, None)
     log = log_path.open("wb")
-    command = [str(SHOEBOX), "run", "--workers", str(workers), "--no-demo-keys"]
+    command = [str(SHOEBOX), "run", "--no-demo-keys"]
+    if workers is not None:
+        command += ["--workers", str(workers)]
     process = subprocess.Popen(command, env=environment, stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + START_TIMEOUT_SECONDS
@@ -1138,7 +1142,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, help="seconds a level plays (default 30)")
     parser.add_argument("--window", type=float, help="the betting window in seconds (default 3)")
     parser.add_argument("--players", type=int, help="acting players a table (default 4)")
-    parser.add_argument("--workers", type=int, default=4, help="gunicorn workers (default 4)")
+    parser.add_argument(
+        "--workers", type=int, help="gunicorn workers (default: the server's, shoebox serve's)"
+    )
     parser.add_argument("--max-requests", type=int, default=300_000, help="a level's budget")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     parser.add_argument(
@@ -1187,7 +1193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for pid in projector:
                     os.kill(pid, signal.SIGSTOP)
             print(
-                f"shoebox run: {args.workers} API workers on 127.0.0.1:{port};"
+                f"shoebox run: {args.workers or 'the default'} API workers on 127.0.0.1:{port};"
                 f" {settings.players} players and an idle seat a table, a"
                 f" {settings.window_seconds:g} s window, {settings.seconds:g} s a level",
                 file=sys.stderr,

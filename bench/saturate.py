@@ -44,6 +44,7 @@ from bench.api import (
 from bench.common import rotations, server_url, throwaway_database, uptime
 from bench.load import cpu_seconds, descendants
 from events.migrations import apply_migrations
+from service.cli.serve import DEFAULT_WORKERS
 
 CLIENTS: Final = 32
 TABLES: Final = 16
@@ -267,7 +268,8 @@ class Saturation:
         )
         lines = [
             f"Command: `{command}`  ",
-            f"Server: `shoebox serve`, {self.workers} gevent workers (the default); {CLIENTS}"
+            f"Server: `shoebox serve`, {self.workers} gevent workers"
+            f"{' (the default)' if self.workers == DEFAULT_WORKERS else ''}; {CLIENTS}"
             f" clients over {TABLES} tables, one player each, internal wallet; medians of"
             f" {self.repeats} repeats of {self.seconds:g} s, phases rotated.  ",
             f"Load before: `{self.load_before}`; after: `{self.load_after}`",

@@ -36,9 +36,17 @@ from service.embedded import database_url
 from service.runtime.logs import configure_logging
 from service.runtime.settings import MULTIPROC_VARIABLE, Settings
 
-# Enough workers to keep the cores busy while others wait on PostgreSQL, and few enough that
-# their pools stay well inside PostgreSQL's default 100 connections on a large machine.
-DEFAULT_WORKERS = 2 * min(os.cpu_count() or 1, 8) + 1
+_CORES = min(os.cpu_count() or 1, 16)
+# gevent: one worker for every two cores. A gevent worker never waits on PostgreSQL (its other
+# requests run meanwhile), so more workers only add processes writing the same tables: each
+# bet then finds its table written by another process and reads it again in the table's turn
+# (service/application/game/turns.py). On 2 cores one worker answered 1.5 times the bets of
+# five at saturation, at half their web CPU a bet (docs/benchmarks.md, "One web worker"); the
+# other core is PostgreSQL's, the projector's and the worker's, which take as much at load.
+DEFAULT_WORKERS = max(1, _CORES // 2)
+# Threads and sync workers do wait, each request on its own: enough of them to keep the cores
+# busy meanwhile, few enough that their pools stay inside PostgreSQL's 100 connections.
+DEFAULT_BLOCKING_WORKERS = 2 * min(_CORES, 8) + 1
 WORKER_CLASSES = ("gevent", "gthread", "sync")
 # Under gevent, the greenlets of a worker share its pool: enough connections that bets do not
 # queue behind one another, few enough for PostgreSQL's 100 across the workers.
@@ -219,7 +227,12 @@ def close_worker_app(server: Any, worker: Any) -> None:
 
 @click.command()
 @click.option("--bind", metavar="HOST:PORT", help="Default: SHOEBOX_API_HOST:SHOEBOX_API_PORT.")
-@click.option("--workers", type=click.IntRange(min=1), default=DEFAULT_WORKERS, show_default=True)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    help=f"Default: {DEFAULT_WORKERS} under gevent (a worker for every two cores), else"
+    f" {DEFAULT_BLOCKING_WORKERS} (2 x cores + 1).",
+)
 @click.option(
     "--worker-class",
     type=click.Choice(WORKER_CLASSES),
@@ -237,7 +250,7 @@ def close_worker_app(server: Any, worker: Any) -> None:
     " under gevent.",
 )
 def serve(
-    bind: str | None, workers: int, worker_class: str, threads: int, pool_size: int | None
+    bind: str | None, workers: int | None, worker_class: str, threads: int, pool_size: int | None
 ) -> None:
     """Apply migrations, then serve the API and its live feed under gunicorn until stopped."""
     # Every line the server writes is JSON, from its first; gunicorn takes the same shape
@@ -252,6 +265,8 @@ def serve(
         binds.append(f"{settings.metrics_host}:{settings.metrics_port}")
     if worker_class == "gevent":
         threads = 1
+    if workers is None:
+        workers = DEFAULT_WORKERS if worker_class == "gevent" else DEFAULT_BLOCKING_WORKERS
     with database_url(settings) as url, metrics_directory():
         # Imported here: the CLI's other commands should not pay for importing the whole app,
         # and prometheus_client must first see PROMETHEUS_MULTIPROC_DIR (metrics_directory).
