@@ -623,6 +623,18 @@ def one_statement(pool: Pool, timeout: float | None = None) -> Iterator[Connecti
                 conn.autocommit = False
 
 
+def _position_after_commit(conn: Connection[TupleRow]) -> str | None:
+    """The WAL position read after an autocommit statement on `conn`: at or past its commit
+    record (the write's consistency token, service/web/consistency.py); None if it could not be
+    read, which must not fail appends already committed (the token then asks on its own)."""
+    try:
+        row = conn.execute(WAL_POSITION, prepare=True).fetchone()
+    except psycopg.Error as error:
+        log.info("appended, but could not read the WAL position after it: %s", error)
+        return None
+    return None if row is None or row[0] is None else str(row[0])
+
+
 def _append_fast(conn: Connection[TupleRow], arguments: list[Any]) -> tuple[Any, ...] | None:
     """append_fast()'s answer to one append sent as its own transaction on `conn` (in
     autocommit), in append_one()'s columns; None where it does not take the append."""
@@ -963,6 +975,7 @@ class PostgresEventStore(EventStore):
         # One autocommit statement is one transaction and one round trip: the commit (and its
         # flush) ends the statement before the server answers.
         deadline_binds = False
+        position: str | None = None
         try:
             for attempt in range(_DEADLOCK_RETRIES):
                 try:
@@ -987,6 +1000,9 @@ class PostgresEventStore(EventStore):
                             wait_limit, deadline_binds = self._wait_within_deadline()
                             again = [*columns, _milliseconds(wait_limit), None]
                             rows = conn.execute(_APPEND_ONE, again, prepare=True).fetchall()
+                        # Once for the batch, on the connection it holds: every caller's
+                        # consistency token then needs no checkout and no round trip of its own.
+                        position = _position_after_commit(conn)
                     break
                 except psycopg.errors.DeadlockDetected:
                     # Two batches whose keys' twins met in opposite orders (their streams are
@@ -1013,6 +1029,7 @@ class PostgresEventStore(EventStore):
             return
         for pending, row in zip(batch, rows, strict=True):
             pending.row = row
+            pending.commit_lsn = position
 
     def _append_with_outbox(self, pending: _PendingAppend, outbox: Sequence[OutboxRow]) -> None:
         """One append and its outbox rows in one transaction: both committed, or neither.

@@ -271,11 +271,12 @@ def test_a_turn_not_reached_within_the_requests_deadline_is_refused_by_the_serve
     no_stream_lock_left(app_pool)
 
 
-def test_a_turns_append_reads_its_commits_wal_position_in_the_same_round_trip(
+def test_every_append_reads_its_commits_wal_position_on_its_own_connection(
     app_pool: Pool,
 ) -> None:
     """The position the consistency token answers (service/web/consistency.py): read after the
-    COMMIT, so at or past the commit record, and no later than the server's position after."""
+    COMMIT, so at or past the commit record, and no later than the server's position after; in
+    a turn's round trip, and after a group commit's batch on the connection it holds."""
     store = PostgresEventStore(app_pool, clock)
     locks = PostgresStreamLocks(app_pool, store=store)
 
@@ -294,8 +295,18 @@ def test_a_turns_append_reads_its_commits_wal_position_in_the_same_round_trip(
         appended = turn.append([StreamAppend("table:T9", 0, [NewEvent("Noted", {"n": 1})])], META)
     assert appended.commit_lsn is not None
     assert before < number(appended.commit_lsn) <= position()
-    # The group commit's append does not read it: its token asks the server afterwards.
-    assert (
-        store.append([StreamAppend("table:T8", 0, [NewEvent("Noted", {"n": 1})])], META).commit_lsn
-        is None
+    before = position()
+    grouped = store.append([StreamAppend("table:T8", 0, [NewEvent("Noted", {"n": 1})])], META)
+    assert grouped.commit_lsn is not None
+    assert before < number(grouped.commit_lsn) <= position()
+    # A replay wrote nothing of its own now: its token asks the server, as before.
+    keyed = Idempotency("k-lsn", "f")
+    first = store.append(
+        [StreamAppend("table:T7", 0, [NewEvent("Noted", {"n": 1})])], META, idempotency=keyed
     )
+    assert first.commit_lsn is not None
+    again = store.append(
+        [StreamAppend("table:T7", 0, [NewEvent("Noted", {"n": 1})])], META, idempotency=keyed
+    )
+    assert again.replayed
+    assert again.commit_lsn is None
