@@ -290,10 +290,11 @@ def serve(
         # A connection per thread, and one over for the key ring's refresh between requests.
         size = pool_size or (DEFAULT_GEVENT_POOL_SIZE if worker_class == "gevent" else threads + 1)
         _logger.info(
-            "serving on http://%s/v1 (%d %s workers%s)",
+            "serving on http://%s/v1 (%d %s worker%s%s)",
             address,
             workers,
             worker_class,
+            "" if workers == 1 else "s",
             f" x {threads} threads" if worker_class == "gthread" else "",
         )
         ShoeboxServer(
