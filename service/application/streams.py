@@ -192,6 +192,15 @@ class StreamCache(Generic[S]):
 
     def load(self, store: EventStore, stream_id: str) -> tuple[int, S]:
         """The stream's state and version now: the cached one, plus any events since."""
+        version, state, _ = self.load_noting(store, stream_id)
+        return version, state
+
+    def load_noting(
+        self, store: EventStore, stream_id: str, *, but_role: str | None = None
+    ) -> tuple[int, S, bool]:
+        """As `load`, and whether the events it added to a cached state include one written
+        in a role other than `but_role`: what another writer did since this process last
+        wrote or read the stream (this process's own appends are put in the cache)."""
         with self._lock:
             entry = self._entries.get(stream_id)
             if entry is not None:
@@ -200,14 +209,16 @@ class StreamCache(Generic[S]):
             version, state = entry
             recorded = store.read_stream(stream_id, from_version=version + 1)
             if not recorded:
-                return entry
+                return version, state, False
+            others = any(event.metadata.role != but_role for event in recorded)
         else:
             version, state, recorded = self._cold(store, stream_id)
+            others = False
         for event in recorded:
             state = self._fold(state, from_recorded(event))
             version = event.version
         self._remember(stream_id, version, state)
-        return version, state
+        return version, state, others
 
     def _cold(self, store: EventStore, stream_id: str) -> tuple[int, S, list[RecordedEvent]]:
         """Where a stream not in the cache starts: its newest usable snapshot and the tail."""
@@ -377,3 +388,9 @@ class TableCache(StreamCache["Table | None"]):
     def table(self, store: EventStore, table_id: str) -> tuple[int, Table | None]:
         """A table's version and state (None if it was never created)."""
         return self.load(store, table_stream(table_id))
+
+    def table_noting(
+        self, store: EventStore, table_id: str, but_role: str
+    ) -> tuple[int, Table | None, bool]:
+        """As `table`, and whether another writer in a role other than `but_role` wrote it."""
+        return self.load_noting(store, table_stream(table_id), but_role=but_role)

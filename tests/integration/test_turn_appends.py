@@ -8,7 +8,7 @@ one round trip, the append and its commit in another, on one connection.
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import partial
 
 import pytest
@@ -310,3 +310,40 @@ def test_every_append_reads_its_commits_wal_position_on_its_own_connection(
     )
     assert again.replayed
     assert again.commit_lsn is None
+
+
+def test_the_table_clocks_writes_from_another_process_do_not_make_a_table_take_turns(
+    app_pool: Pool,
+) -> None:
+    """A window closed by the worker (the system's role) is written once a round by another
+    process; were it taken for another player's writes, every bet at every table would take
+    its turn for good (a window every few seconds, hot for ten). A player's write elsewhere
+    still makes the table hot, as issue 21 needs."""
+    now = [NOW]
+    seated_store = seated(app_pool, ["p1", "p2"], 100_000)
+    assert seated_store is not None
+    ticks = [0.0]
+    patience = Patience(monotonic=lambda: ticks[0])
+
+    def service() -> GameService:
+        store = PostgresEventStore(app_pool, lambda: now[0])
+        locks = PostgresStreamLocks(app_pool, store=store)
+        return GameService(store, lambda: now[0], stream_locks=locks, patience=patience)
+
+    web, worker, other_web = service(), service(), service()
+    web.place_bet("T1", "p1", Spot.BANKER, 100, FRONTEND)  # a first read: hot for a while
+    ticks[0] += 11
+    # The private heat is the behaviour under test: which path a bet takes is not in its answer.
+    assert not web._heat.hot("T1")
+    web.place_bet("T1", "p1", Spot.BANKER, 100, FRONTEND)  # cached and current: one call
+    assert not web._heat.hot("T1")
+
+    now[0] = NOW + timedelta(seconds=16)
+    assert worker.close_window("T1", "T1-1") is not None  # the timer, in the system's role
+    placed = web.place_bet("T1", "p1", Spot.PLAYER, 100, FRONTEND)  # stale: decided again
+    assert placed.versions
+    assert not web._heat.hot("T1")
+
+    other_web.place_bet("T1", "p2", Spot.PLAYER, 100, FRONTEND)  # a player, elsewhere
+    web.place_bet("T1", "p1", Spot.TIE, 100, FRONTEND)
+    assert web._heat.hot("T1")

@@ -413,6 +413,14 @@ class GameService:
             raise TableNotFound(table_id)
         return version, table
 
+    def _load_noting(self, table_id: str, store: EventStore) -> tuple[int, Table, bool]:
+        """The table read now, and whether anyone but the table's clock (SYSTEM) wrote it
+        since this process's cached version."""
+        version, table, players = self._tables.table_noting(store, table_id, SYSTEM.role)
+        if table is None:
+            raise TableNotFound(table_id)
+        return version, table, players
+
     @contextmanager
     def _turn(self, table_id: str) -> Iterator[float]:
         """This process's turn at the table; yields the deadline of the command that takes it.
@@ -463,10 +471,16 @@ class GameService:
 
         def plan_command(trust_table: bool, trust_rest: bool) -> Plan:
             now = self._clock()
-            cached = None if trust_table else self._tables.cached(stream)
-            version, table = self._load(table_id, trust_cache=trust_table, store=stores[0])
-            if cached is not None and version > cached[0]:
-                self._heat.note_contended(table_id)  # another process wrote it meanwhile
+            if trust_table:
+                version, table = self._load(table_id, trust_cache=True, store=stores[0])
+            else:
+                version, table, players = self._load_noting(table_id, stores[0])
+                if players:
+                    # Another process played the table meanwhile. Not the table's own clock
+                    # (a window closed by the worker, the sweeper or a late request, in the
+                    # system's role): that writes once a round, and taking turns for it would
+                    # put every bet at every table into a turn for good.
+                    self._heat.note_contended(table_id)
             if self._overdue(table, now):
                 # The deadline is enforced here too, so a dead worker cannot stall a table; it
                 # is the table's own append, not the caller's, and carries no idempotency key.
@@ -536,7 +550,10 @@ class GameService:
             try:
                 return run(self._one_try)
             except Conflict:
-                heat.note_contended(table_id)
+                # Decided again in a turn, on the table read there, which says whether another
+                # process played it (plan_command): the table's clock, or a wallet moved
+                # elsewhere, does not make it hot.
+                pass
         # Take turns with the table's other writers, deciding on the table read in the turn
         # (the events after the cached version, in the turn's first round trip); the wallets
         # and limits, which others rarely write, come from the cache. The append is made in
