@@ -73,7 +73,7 @@ from events.migrations import apply_migrations  # noqa: E402
 from events.postgres import PostgresEventStore, app_conninfo, open_pool  # noqa: E402
 from events.store import EventMetadata, Idempotency, NewEvent, StreamAppend  # noqa: E402
 from service.application.keys import Role, create_key  # noqa: E402
-from service.cli.serve import DEFAULT_WORKERS  # noqa: E402
+from service.cli.serve import DEFAULT_BLOCKING_WORKERS, DEFAULT_WORKERS  # noqa: E402
 
 # The venv of this checkout, else the one running this script (a worktree shares a venv).
 SHOEBOX: Final = next(
@@ -792,7 +792,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--tables", type=int, nargs="+", default=[1, 4])
     parser.add_argument("--seconds", type=float, default=5.0, help="per measurement")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS)
+    parser.add_argument(
+        "--workers", type=int, help="gunicorn workers (default: shoebox serve's, by class)"
+    )
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument(
         "--no-idempotency-keys",
@@ -825,6 +827,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         " archive <commit> | tar -x -C DIR`), old and new servers taking turns",
     )
     args = parser.parse_args(argv)
+    if args.workers is None:
+        # As `shoebox serve` chooses: gthread (threads > 1) waits, so it runs more workers.
+        args.workers = DEFAULT_BLOCKING_WORKERS if args.threads > 1 else DEFAULT_WORKERS
     if args.saturate:
         from bench.saturate import saturate
 

@@ -629,7 +629,7 @@ def _position_after_commit(conn: Connection[TupleRow]) -> str | None:
     read, which must not fail appends already committed (the token then asks on its own)."""
     try:
         row = conn.execute(WAL_POSITION, prepare=True).fetchone()
-    except psycopg.Error as error:
+    except Exception as error:  # whatever it is, the appends are committed: never theirs
         log.info("appended, but could not read the WAL position after it: %s", error)
         return None
     return None if row is None or row[0] is None else str(row[0])

@@ -49,8 +49,12 @@ DEFAULT_WORKERS = max(1, _CORES // 2)
 DEFAULT_BLOCKING_WORKERS = 2 * min(_CORES, 8) + 1
 WORKER_CLASSES = ("gevent", "gthread", "sync")
 # Under gevent, the greenlets of a worker share its pool: enough connections that bets do not
-# queue behind one another, few enough for PostgreSQL's 100 across the workers.
+# queue behind one another (a seamless bet holds one through its wallet's call), few enough
+# for PostgreSQL's 100 across the workers. The server's workers share about GEVENT_CONNECTIONS,
+# at least DEFAULT_GEVENT_POOL_SIZE each: 24 for the one worker of a 2-core machine, as its
+# five workers had 30 between them before.
 DEFAULT_GEVENT_POOL_SIZE = 6
+GEVENT_CONNECTIONS = 24
 WORKER_CONNECTIONS = 2000
 """Connections one gevent worker holds at once, feed clients included."""
 GRACEFUL_TIMEOUT_SECONDS = 10
@@ -246,8 +250,8 @@ def close_worker_app(server: Any, worker: Any) -> None:
 @click.option(
     "--pool-size",
     type=click.IntRange(min=2),
-    help=f"PostgreSQL connections a worker. Default: threads + 1, or {DEFAULT_GEVENT_POOL_SIZE}"
-    " under gevent.",
+    help="PostgreSQL connections a worker. Default: threads + 1, or under gevent"
+    f" {GEVENT_CONNECTIONS} / workers, at least {DEFAULT_GEVENT_POOL_SIZE}.",
 )
 def serve(
     bind: str | None, workers: int | None, worker_class: str, threads: int, pool_size: int | None
@@ -288,7 +292,8 @@ def serve(
             _logger.info("demo mode: /play is served on http://%s/play", address)
         _recover_interrupted_rounds(wired)
         # A connection per thread, and one over for the key ring's refresh between requests.
-        size = pool_size or (DEFAULT_GEVENT_POOL_SIZE if worker_class == "gevent" else threads + 1)
+        gevent_size = max(DEFAULT_GEVENT_POOL_SIZE, GEVENT_CONNECTIONS // workers)
+        size = pool_size or (gevent_size if worker_class == "gevent" else threads + 1)
         _logger.info(
             "serving on http://%s/v1 (%d %s worker%s%s)",
             address,

@@ -118,7 +118,7 @@ class WrittenEvents(list[tuple[str, int]]):
     `commit` is the commit's WAL position (pg_lsn text) as the append read it in its own round
     trip, with `events.postgres.checkouts()` just after: while the count is unchanged, the
     request has not touched the database since, so that position covers every write it made.
-    None when the last append did not read it (a group commit, a replay).
+    None when the last append did not read it (a replay, or a read that failed).
     """
 
     commit: tuple[str, int] | None = None

@@ -4,9 +4,10 @@
   (service/runtime/consistency.py). After the write has committed, the primary's current WAL
   write location is at or past its commit record: the log's appends commit with
   `synchronous_commit` on, so the commit was flushed, and written, before it was answered.
-  A contended table's append reads that location itself, in its turn's message after the
-  COMMIT; where the request's last append did so and the request has taken no connection
-  since, the token is that location, and otherwise one query after the view reads it.
+  An append reads that location itself: a contended table's in its turn's message after the
+  COMMIT, a group commit's once for its batch right after the batch's statement. Where the
+  request's last append did so and the request has taken no connection since, the token is
+  that location, and otherwise one query after the view reads it.
 - A GET of a resource goes to the replica (DATABASE_READ_URL) when there is one, unless its
   view reads exactly (`exact_read`: a balance, a limit, whatever decides money), which always
   goes to the primary.

@@ -413,6 +413,11 @@ class GameService:
             raise TableNotFound(table_id)
         return version, table
 
+    def _played_elsewhere(self, table_id: str, version: int) -> bool:
+        """Whether the table has an event after `version` in a role other than the system's."""
+        later = self._store.read_stream(table_stream(table_id), from_version=version + 1)
+        return any(event.metadata.role != SYSTEM.role for event in later)
+
     def _load_noting(self, table_id: str, store: EventStore) -> tuple[int, Table, bool]:
         """The table read now, and whether anyone but the table's clock (SYSTEM) wrote it
         since this process's cached version."""
@@ -550,10 +555,12 @@ class GameService:
             try:
                 return run(self._one_try)
             except Conflict:
-                # Decided again in a turn, on the table read there, which says whether another
-                # process played it (plan_command): the table's clock, or a wallet moved
-                # elsewhere, does not make it hot.
-                pass
+                # Lost a race. Hot if another process played the table since the version the
+                # bet was decided on; not for the table's clock (a window closed elsewhere,
+                # once a round) nor for a wallet moved elsewhere. Asked of the log, not of the
+                # cache, which a read in this process may have brought up to date meanwhile.
+                if planned and self._played_elsewhere(table_id, planned[0].version):
+                    heat.note_contended(table_id)
         # Take turns with the table's other writers, deciding on the table read in the turn
         # (the events after the cached version, in the turn's first round trip); the wallets
         # and limits, which others rarely write, come from the cache. The append is made in

@@ -79,8 +79,9 @@ CONTENDED_SECONDS: Final = 10.0
 class TableHeat:
     """Per process: the tables to write in turns under their lock rather than in one call.
 
-    A table is hot for CONTENDED_SECONDS after this process last saw another process write it
-    while it did (a lost race, or a read under the lock that found others' events), or first
+    A table is hot for CONTENDED_SECONDS after this process last saw another process play it
+    while it did (a race lost to a player's or an operator's write, or a read under the lock
+    that found one: not the table's clock, a window closed elsewhere once a round), or first
     played it (from a first read, nobody can tell whether others write it too). Seconds, not
     the instant: at one or two commands a second a process's table would cool between its
     own commands, and its next one-call append would race the lock's holders, and keep
