@@ -157,6 +157,19 @@ def shoebox(database_url: str, redis_url: str) -> Iterator[str]:
             assert process.returncode == 0, output
 
 
+def await_sequenced(client: Client, round_id: str, timeout: float = 20.0) -> None:
+    """Wait until the round's settlement is in the log's order. The table's state shows it once
+    committed; the read models follow only what the sequencer has placed, a few ms later, and
+    a lag of 0 before then would be a lag behind a log without it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        status, found = client.call("GET", f"/rounds/{round_id}")
+        if status == 200 and found["status"] == "settled":
+            return
+        assert time.monotonic() < deadline, f"round {round_id} was not projected settled in time"
+        time.sleep(0.1)
+
+
 def await_projections(client: Client, timeout: float = 20.0) -> None:
     """Wait until every read model has caught up with the log (they lag by milliseconds)."""
     deadline = time.monotonic() + timeout
@@ -261,6 +274,7 @@ def test_four_players_one_pass_one_timeout_dealt_by_the_worker_and_paid_by_the_r
     # sweeper, can close the window and deal; whichever is first, the other finds nothing due.
     await_round_over(front, table_id, round_id, timeout=WINDOW_SECONDS + 10)
 
+    await_sequenced(regulator, round_id)
     await_projections(regulator)
     (played,) = [
         r
