@@ -258,7 +258,6 @@ class GameService:
         """
 
         def act(plan: Plan, now: datetime) -> None:
-            _expect_round(plan, round_id)
             limit = self._player_limit(plan, player_id)
             self._open_shoe_for_new_round(plan, player_id, now)
             placed = plan.run(PlaceBet(player_id, Spot(spot), stake, limit), now)
@@ -267,7 +266,7 @@ class GameService:
                     if isinstance(event, BetPlaced):
                         debit(plan, event)
 
-        return self._command(table_id, actor, act)
+        return self._command(table_id, actor, act, round_id)
 
     def preview_bet(
         self, table_id: str, player_id: str, spot: Spot, stake: int, round_id: str | None = None
@@ -315,14 +314,13 @@ class GameService:
         """
 
         def act(plan: Plan, now: datetime) -> None:
-            _expect_round(plan, round_id)
             limit = self._player_limit(plan, player_id)
             self._open_shoe_for_new_round(plan, player_id, now)
             placed = plan.run(Rebet(player_id, limit), now)
             if debit is not None:
                 debit(plan, [event for event in placed if isinstance(event, BetPlaced)])
 
-        return self._command(table_id, actor, act)
+        return self._command(table_id, actor, act, round_id)
 
     def preview_rebet(
         self, table_id: str, player_id: str, round_id: str | None = None
@@ -345,23 +343,17 @@ class GameService:
         self, table_id: str, player_id: str, actor: Actor, round_id: str | None = None
     ) -> Receipt:
         """Confirm one's bets; the last participant to act brings the deal."""
-
-        def act(plan: Plan, now: datetime) -> None:
-            _expect_round(plan, round_id)
-            plan.run(PressDeal(player_id), now)
-
-        return self._command(table_id, actor, act)
+        return self._command(
+            table_id, actor, lambda plan, now: plan.run(PressDeal(player_id), now), round_id
+        )
 
     def pass_turn(
         self, table_id: str, player_id: str, actor: Actor, round_id: str | None = None
     ) -> Receipt:
         """Sit this coup out; one's bets come back."""
-
-        def act(plan: Plan, now: datetime) -> None:
-            _expect_round(plan, round_id)
-            plan.run(Pass(player_id), now)
-
-        return self._command(table_id, actor, act)
+        return self._command(
+            table_id, actor, lambda plan, now: plan.run(Pass(player_id), now), round_id
+        )
 
     def close_window(self, table_id: str, round_id: str) -> Receipt | None:
         """The scheduled job: close this round's window and deal; None if already past it."""
@@ -451,10 +443,17 @@ class GameService:
         return (current.deadline - self._clock()).total_seconds()
 
     def _command(
-        self, table_id: str, actor: Actor, act: Callable[[Plan, datetime], object]
+        self,
+        table_id: str,
+        actor: Actor,
+        act: Callable[[Plan, datetime], object],
+        round_id: str | None = None,
     ) -> Receipt:
+        """Run `act` at the table in this process's turn; a command that names `round_id` is
+        decided in that round or refused (expect_betting_round), after any overdue window has
+        closed."""
         with self._turn(table_id) as deadline:
-            return self._command_in_turn(table_id, actor, act, deadline)
+            return self._command_in_turn(table_id, actor, act, deadline, round_id)
 
     def _command_in_turn(
         self,
@@ -462,6 +461,7 @@ class GameService:
         actor: Actor,
         act: Callable[[Plan, datetime], object],
         deadline: float,
+        round_id: str | None = None,
     ) -> Receipt:
         new_shoe: list[NewShoe | None] = [None]
         # What the next attempt may decide on without reading it: the table, and the rest
@@ -496,6 +496,8 @@ class GameService:
             plan.trust_cached_limits = trust_rest
             plan.new_shoe = new_shoe[0]
             try:
+                if round_id is not None:
+                    expect_betting_round(plan.table, round_id)
                 act(plan, now)
             except (DomainError, ServiceError):
                 if not (trust_table or trust_rest):
@@ -801,9 +803,3 @@ def _cards_key(shoe_id: str, client_seed: str) -> str:
     may each draw their own client seed, and the losing attempt's cards must never be dealt.
     """
     return f"{shoe_id}:{client_seed}"
-
-
-def _expect_round(plan: Plan, round_id: str | None) -> None:
-    """A command that names its round is decided in it, after any overdue window has closed."""
-    if round_id is not None:
-        expect_betting_round(plan.table, round_id)
