@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from functools import cache
 from typing import Any, Final, Generic, TypeAlias, TypeVar
 
@@ -182,6 +182,11 @@ class StreamCache(Generic[S]):
         self._keep_every = keep_every
         self._lock = threading.Lock()
         self._entries: OrderedDict[str, tuple[int, S]] = OrderedDict()
+        # Cached streams that may have moved elsewhere since (`doubt`): `cached` does not
+        # vouch for them until a read or this process's own append brings them up to date.
+        self._doubted: set[str] = set()
+        # Told of the events read from the log and folded into a state here (`on_read`).
+        self._readers: list[Callable[[str, Sequence[DomainEvent]], None]] = []
         # The version of each cached stream's newest snapshot that this process knows of.
         self._snapshotted: dict[str, int] = {}
 
@@ -209,16 +214,40 @@ class StreamCache(Generic[S]):
             version, state = entry
             recorded = store.read_stream(stream_id, from_version=version + 1)
             if not recorded:
+                with self._lock:
+                    self._doubted.discard(stream_id)  # read, and current
                 return version, state, False
             others = any(event.metadata.role != but_role for event in recorded)
         else:
             version, state, recorded = self._cold(store, stream_id)
             others = False
-        for event in recorded:
-            state = self._fold(state, from_recorded(event))
-            version = event.version
+        folded = [from_recorded(event) for event in recorded]
+        for event in folded:
+            state = self._fold(state, event)
+        if recorded:
+            version = recorded[-1].version
         self._remember(stream_id, version, state)
+        if folded:
+            for reader in self._readers:
+                reader(stream_id, folded)
         return version, state, others
+
+    def on_read(self, reader: Callable[[str, Sequence[DomainEvent]], None]) -> None:
+        """Call `reader` with the stream's id and the events whenever events read from the log
+        (not this process's own appends, which `put` records) are folded into a state here."""
+        self._readers.append(reader)
+
+    def doubt(self, stream_id: str) -> None:
+        """The stream may have been written elsewhere: `cached` answers None for it until the
+        next `load` reads what is new, or `put` records this process's own append to it.
+
+        A hint that saves a lost race, never what correctness rests on: an append names the
+        version it was decided on, and the store refuses a stale one. Only a cached stream is
+        doubted, so the doubts are bounded by the cache's capacity.
+        """
+        with self._lock:
+            if stream_id in self._entries:
+                self._doubted.add(stream_id)
 
     def _cold(self, store: EventStore, stream_id: str) -> tuple[int, S, list[RecordedEvent]]:
         """Where a stream not in the cache starts: its newest usable snapshot and the tail."""
@@ -292,12 +321,15 @@ class StreamCache(Generic[S]):
             return None
 
     def cached(self, stream_id: str) -> tuple[int, S] | None:
-        """The stream's cached version and state without asking the store; None if not cached.
+        """The stream's cached version and state without asking the store; None if not cached,
+        or doubted (`doubt`).
 
         Only for a caller whose append names that version, so that a stale entry is refused
         by the store rather than trusted.
         """
         with self._lock:
+            if stream_id in self._doubted:
+                return None
             entry = self._entries.get(stream_id)
             if entry is not None:
                 self._entries.move_to_end(stream_id)
@@ -338,9 +370,12 @@ class StreamCache(Generic[S]):
             if newer:
                 self._entries[stream_id] = (version, state)
             self._entries.move_to_end(stream_id)
+            # Read from the log, or appended at the version it names: current either way.
+            self._doubted.discard(stream_id)
             while len(self._entries) > self._capacity:
                 evicted, _ = self._entries.popitem(last=False)
                 self._snapshotted.pop(evicted, None)
+                self._doubted.discard(evicted)
             return newer
 
     def forget(self, stream_id: str) -> None:
@@ -348,6 +383,7 @@ class StreamCache(Generic[S]):
         with self._lock:
             self._entries.pop(stream_id, None)
             self._snapshotted.pop(stream_id, None)
+            self._doubted.discard(stream_id)
 
 
 def _fold_table(table: Table | None, event: DomainEvent) -> Table | None:

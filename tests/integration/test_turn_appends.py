@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from functools import partial
+from typing import Any
 
 import pytest
 
@@ -19,6 +20,7 @@ from domain.wallet import InsufficientFunds
 from events import deadlines
 from events.postgres import Pool, PostgresEventStore
 from events.store import (
+    AppendResult,
     AppendTimedOut,
     ConcurrencyConflict,
     EventMetadata,
@@ -347,3 +349,96 @@ def test_the_table_clocks_writes_from_another_process_do_not_make_a_table_take_t
     other_web.place_bet("T1", "p2", Spot.PLAYER, 100, FRONTEND)  # a player, elsewhere
     web.place_bet("T1", "p1", Spot.TIE, 100, FRONTEND)
     assert web._heat.hot("T1")
+
+
+class _CountingStore(PostgresEventStore):
+    """The store, counting the appends it refused as stale: each a race lost."""
+
+    lost = 0
+
+    def append(self, *args: Any, **kwargs: Any) -> AppendResult:
+        try:
+            return super().append(*args, **kwargs)
+        except ConcurrencyConflict:
+            self.lost += 1
+            raise
+
+
+class _CountingLocks(PostgresStreamLocks):
+    """The stream locks, counting the turns taken."""
+
+    turns = 0
+
+    def hold(self, *args: Any, **kwargs: Any) -> Any:
+        self.turns += 1
+        return super().hold(*args, **kwargs)
+
+
+def test_a_round_settled_elsewhere_costs_the_next_bets_no_lost_race_and_no_turn(
+    app_pool: Pool,
+) -> None:
+    """The worker settles a round in another process and pays its players there. The web
+    process's cached wallets of the table's players are then stale: a bet trusting them
+    would lose its race to the settlement, once a round at every seat. The settlement's table
+    events, read with the table (as the overdue window makes it), cast doubt on the wallets
+    they moved, so each is read first."""
+    now = [NOW]
+    # p3 sits and never acts, so the window runs to its deadline, and the worker's timer
+    # closes it and deals.
+    seated(app_pool, ["p1", "p2", "p3"], 100_000)
+    ticks = [0.0]
+    patience = Patience(monotonic=lambda: ticks[0])
+    store = _CountingStore(app_pool, lambda: now[0])
+    locks = _CountingLocks(app_pool, store=store)
+    web = GameService(store, lambda: now[0], stream_locks=locks, patience=patience)
+    worker_store = PostgresEventStore(app_pool, lambda: now[0])
+    worker = GameService(
+        worker_store,
+        lambda: now[0],
+        stream_locks=PostgresStreamLocks(app_pool, store=worker_store),
+        patience=patience,
+    )
+    web.place_bet("T1", "p1", Spot.BANKER, 100, FRONTEND)  # a first read: hot for a while
+    web.place_bet("T1", "p2", Spot.PLAYER, 100, FRONTEND)
+    web.press_deal("T1", "p1", FRONTEND)
+    web.press_deal("T1", "p2", FRONTEND)
+    ticks[0] += 11
+    now[0] = NOW + timedelta(seconds=16)
+    assert worker.close_window("T1", "T1-1") is not None  # dealt and settled there
+    settled = len(store.read_all(types=["RoundSettled"]))
+    assert settled == 1
+    store.lost, locks.turns = 0, 0
+
+    web.place_bet("T1", "p1", Spot.BANKER, 200, FRONTEND)
+    web.place_bet("T1", "p2", Spot.BANKER, 300, FRONTEND)
+
+    assert (store.lost, locks.turns) == (0, 0)
+    wallets = WalletService(PostgresEventStore(app_pool, clock), clock)
+    for player, stake in (("p1", 200), ("p2", 300)):
+        balance = wallets.balance(player)
+        assert balance.reserved == stake
+
+
+def test_a_race_lost_only_to_a_wallet_moved_elsewhere_is_decided_again_without_a_turn(
+    app_pool: Pool,
+) -> None:
+    """A deposit made in another process: the bet loses its race on the wallet alone. Nobody
+    else wrote the table, so the bet is decided again on fresh reads in one more call, into
+    the group commit, rather than in the table's turn."""
+    seated(app_pool, ["p1"], 100_000)
+    ticks = [0.0]
+    patience = Patience(monotonic=lambda: ticks[0])
+    store = _CountingStore(app_pool, clock)
+    locks = _CountingLocks(app_pool, store=store)
+    web = GameService(store, clock, stream_locks=locks, patience=patience)
+    web.place_bet("T1", "p1", Spot.BANKER, 100, FRONTEND)  # a first read: hot for a while
+    ticks[0] += 11
+    WalletService(PostgresEventStore(app_pool, clock), clock).deposit("p1", 50, "float", OPS)
+    store.lost, locks.turns = 0, 0
+
+    web.place_bet("T1", "p1", Spot.BANKER, 100, FRONTEND)
+
+    assert (store.lost, locks.turns) == (1, 0)
+    assert not web._heat.hot("T1")
+    balance = WalletService(PostgresEventStore(app_pool, clock), clock).balance("p1")
+    assert (balance.available, balance.reserved) == (100_000 + 50 - 200, 200)

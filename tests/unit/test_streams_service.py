@@ -24,6 +24,7 @@ from service.application.streams import (
     table_stream,
     to_new_event,
 )
+from service.application.wallets import WalletCache, WalletService
 
 NOW = datetime(2024, 5, 3, 20, 0, tzinfo=UTC)
 
@@ -145,3 +146,84 @@ def test_a_guard_stream_with_no_events_only_checks_its_version() -> None:
         EventMetadata("alice", "frontend"),
     )
     assert result.versions == {"chat:T1": 1, "table:T1": 0}
+
+
+def test_a_doubted_stream_is_not_vouched_for_until_read_or_appended_again() -> None:
+    store = InMemoryEventStore(clock=lambda: NOW)
+    game = GameService(store, lambda: NOW)
+    actor = Actor("ops", "ops")
+    game.create_table("T1", TableSettings(), actor)
+    cache = TableCache(capacity=2)
+    stream = table_stream("T1")
+    version, table = cache.table(store, "T1")
+    assert cache.cached(stream) == (version, table)
+
+    cache.doubt(stream)
+    assert cache.cached(stream) is None
+    assert cache.table(store, "T1") == (version, table)  # read again: nothing new, and current
+    assert cache.cached(stream) == (version, table)
+
+    cache.doubt(stream)
+    cache.put(stream, version + 1, table)  # this process's own append, at the version it named
+    assert cache.cached(stream) == (version + 1, table)
+
+    cache.doubt("table:never-cached")  # nothing to doubt: no entry, and no doubt kept
+    cache.put("table:never-cached", 1, None)
+    assert cache.cached("table:never-cached") == (1, None)
+
+
+def test_a_doubt_goes_with_the_entry_the_cache_forgets() -> None:
+    store = InMemoryEventStore(clock=lambda: NOW)
+    cache = TableCache(capacity=1)
+    cache.put("table:A", 1, None)
+    cache.doubt("table:A")
+    cache.put("table:B", 1, None)  # evicts A, and its doubt with it
+    assert cache.cached("table:A") is None
+    assert cache._doubted == set()  # bounded by the entries: the private set is what's tested
+    assert store.head() == 0
+
+
+def test_readers_hear_of_events_read_from_the_log_not_of_own_appends() -> None:
+    store = InMemoryEventStore(clock=lambda: NOW)
+    game = GameService(store, lambda: NOW)
+    actor = Actor("ops", "ops")
+    game.create_table("T1", TableSettings(), actor)
+    cache = TableCache()
+    heard: list[tuple[str, list[str]]] = []
+    cache.on_read(
+        lambda stream_id, events: heard.append((stream_id, [type(e).__name__ for e in events]))
+    )
+    cache.table(store, "T1")  # cold: the table's first event read
+    cache.table(store, "T1")  # nothing new: nothing heard
+    game.sit("T1", "alice", 1, actor)
+    version, table = cache.table(store, "T1")
+    cache.put(table_stream("T1"), version + 1, table)
+    assert heard == [("table:T1", ["TableCreated"]), ("table:T1", ["PlayerSat"])]
+
+
+def test_a_table_read_from_the_log_casts_doubt_on_the_wallets_its_events_moved() -> None:
+    """Another process moved them in the same append (a round settled by the worker, a bet
+    from another web process): a bet that trusted them as cached would lose its race to that
+    append, so they are read first. The other players' wallets are still trusted."""
+    store = InMemoryEventStore(clock=lambda: NOW)
+    actor = Actor("ops", "ops")
+    elsewhere = GameService(store, lambda: NOW)
+    elsewhere.create_table("T1", TableSettings(), actor)
+    money = WalletService(store, lambda: NOW)
+    for seat, player in enumerate(["alice", "bob"], start=1):
+        money.deposit(player, 10_000, "float", actor)
+        elsewhere.sit("T1", player, seat, actor)
+    tables, wallets = TableCache(), WalletCache()
+    here = GameService(store, lambda: NOW, tables=tables, wallets=wallets)
+    here.table("T1")
+    for player in ("alice", "bob"):
+        wallets.wallet(store, player)
+    elsewhere.place_bet("T1", "alice", Spot.BANKER, 100, actor)
+
+    tables.table(store, "T1")  # alice's bet, written elsewhere, read now
+
+    assert wallets.cached("wallet:alice") is None
+    assert wallets.cached("wallet:bob") is not None
+    version, wallet = wallets.wallet(store, "alice")  # read again, and vouched for
+    assert wallets.cached("wallet:alice") == (version, wallet)
+    assert wallet.reserved == 100

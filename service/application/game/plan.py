@@ -130,6 +130,7 @@ class Plan:
         self.guards[stream_id] = version
 
     def _follow_money(self, event: TableEvent) -> None:
+        # The table events that move a wallet: keep in step with `whose_money_moved`.
         command: WalletCommand
         table_id = self.table_id
         match event:
@@ -207,3 +208,12 @@ class Plan:
         for player_id in sorted(self.wallets):
             wallet_events.extend(self.wallets[player_id][2])
         return (*self.table_events, *wallet_events, *recorded)
+
+
+def whose_money_moved(event: object) -> str | None:
+    """The player whose money a table event moves (`Plan._follow_money`), None if none's."""
+    match event:
+        case BetPlaced() | StakeReturned() | BetSettled() | RoundSettlementReversed():
+            return event.player_id
+        case _:
+            return None

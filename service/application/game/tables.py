@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import replace
 from datetime import datetime
 from typing import Protocol
@@ -64,12 +64,13 @@ from events.stream_locks import StreamBusy, StreamLocks, TurnStore
 from service.application.actor import Actor, Outcome
 from service.application.appends import DEFAULT_PATIENCE, Patience, Prepared, Receipt, run_command
 from service.application.errors import Conflict, RoundNotFound, ServiceError, TableNotFound
-from service.application.game.plan import NewShoe, NothingDue, Plan, ShoeCards
+from service.application.game.plan import NewShoe, NothingDue, Plan, ShoeCards, whose_money_moved
 from service.application.game.turns import TableHeat, TableTurns, TurnNotReached
 from service.application.game.views import LiveState, live_state
 from service.application.players import LimitCache
 from service.application.streams import (
     TABLE,
+    DomainEvent,
     TableCache,
     player_stream,
     table_stream,
@@ -136,6 +137,7 @@ class GameService:
         # Caches of their own, over `snapshots` if given, unless shared ones are handed in.
         self._tables = tables if tables is not None else TableCache(snapshots=snapshots)
         self._wallets = wallets if wallets is not None else WalletCache(snapshots=snapshots)
+        self._tables.on_read(self._doubt_wallets_moved_elsewhere)
         self._limits = limits if limits is not None else LimitCache()
         self._shoes = shoes if shoes is not None else ShoeCards()
         self._patience = patience
@@ -556,13 +558,19 @@ class GameService:
         elif not heat.hot(table_id):
             try:
                 return run(self._one_try)
-            except Conflict:
+            except Conflict as lost:
                 # Lost a race. Hot if another process played the table since the version the
                 # bet was decided on; not for the table's clock (a window closed elsewhere,
                 # once a round) nor for a wallet moved elsewhere. Asked of the log, not of the
                 # cache, which a read in this process may have brought up to date meanwhile.
                 if planned and self._played_elsewhere(table_id, planned[0].version):
                     heat.note_contended(table_id)
+                elif stream not in lost.streams:
+                    # Only another stream moved (a wallet paid elsewhere): nobody else writes
+                    # the table, so one more call, decided on fresh reads, and into the group
+                    # commit; the turn is for a race lost again.
+                    with suppress(Conflict):
+                        return run(self._one_try)
         # Take turns with the table's other writers, deciding on the table read in the turn
         # (the events after the cached version, in the turn's first round trip); the wallets
         # and limits, which others rarely write, come from the cache. The append is made in
@@ -740,6 +748,17 @@ class GameService:
 
     def _wallet(self, player_id: str) -> tuple[int, Wallet]:
         return self._wallets.wallet(self._store, player_id)
+
+    def _doubt_wallets_moved_elsewhere(self, stream_id: str, events: Sequence[DomainEvent]) -> None:
+        # Table events written elsewhere moved those players' wallets there, in the same
+        # append: a round settled, or a window closed, by the worker; a bet from another web
+        # process. A bet that trusted their cached wallets would lose its race to it, and be
+        # decided and appended again (at every seat, once a round); doubted, each wallet is
+        # read first, in one short read.
+        for event in events:
+            player_id = whose_money_moved(event)
+            if player_id is not None:
+                self._wallets.doubt(wallet_stream(player_id))
 
     def _cached_wallet(self, player_id: str) -> tuple[int, Wallet]:
         # Only for a plan whose append names the version: a stale wallet is refused there.
