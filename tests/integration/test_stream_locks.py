@@ -5,6 +5,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from datetime import timedelta
 
 import pytest
 
@@ -189,3 +190,28 @@ def test_a_lone_players_bet_stays_one_call_and_a_table_two_processes_write_is_pl
     assert locks.turns == turns + 2
     # Hot now: the turn alone, its read and its append, on one connection.
     assert store.calls == Counter()
+
+
+def test_the_worker_closing_a_window_reads_the_table_once(app_pool: Pool) -> None:
+    """The close is decided on the table read in the table's turn: one read of the table,
+    one of each bettor's wallet (moved by the web process's bets), and the append."""
+    now = [utc_now()]
+    web = GameService(PostgresEventStore(app_pool), lambda: now[0])
+    web.create_table("T1", TableSettings(), OPS)
+    wallets = WalletService(PostgresEventStore(app_pool), utc_now)
+    for seat, player in enumerate(["alice", "bob", "carol"], start=1):
+        wallets.deposit(player, 10_000, "float", OPS)
+        web.sit("T1", player, seat, FRONTEND)
+    store = CountingStore(app_pool)
+    worker = GameService(store, lambda: now[0], stream_locks=PostgresStreamLocks(app_pool))
+    worker.table("T1")  # cached, as a worker's tables are after their first close
+    for player in ("alice", "bob"):  # carol sits and never acts: the window runs out
+        web.place_bet("T1", player, Spot.BANKER, 100, FRONTEND)
+        web.press_deal("T1", player, FRONTEND)
+    now[0] += timedelta(seconds=16)
+    store.calls.clear()
+
+    assert worker.close_window("T1", "T1-1") is not None
+
+    assert store.calls == Counter({"read_stream": 3, "append": 1})
+    assert len(store.read_all(types=["RoundSettled"])) == 1

@@ -359,19 +359,20 @@ class GameService:
 
     def close_window(self, table_id: str, round_id: str) -> Receipt | None:
         """The scheduled job: close this round's window and deal; None if already past it."""
-        _, table = self._load(table_id)
-        current = table.round
-        if current is None:
-            raise RoundNotFound(table_id, round_id)
-        if current.round_id != round_id or current.phase is not Phase.BETTING:
-            return None
-        now = self._clock()
-        if not current.window_closed(now):
-            # Fired early (clock skew between worker and web): try again at the deadline.
-            self._schedule(table_id, round_id, current.deadline)
-            return None
         with self._turn(table_id) as deadline:
-            return self._catch_up(table_id, deadline=deadline)
+            # Read in the turn, so the close below decides on this read (one read a close).
+            _, table = self._load(table_id)
+            current = table.round
+            if current is None:
+                raise RoundNotFound(table_id, round_id)
+            if current.round_id != round_id or current.phase is not Phase.BETTING:
+                return None
+            now = self._clock()
+            if not current.window_closed(now):
+                # Fired early (clock skew between worker and web): try again at the deadline.
+                self._schedule(table_id, round_id, current.deadline)
+                return None
+            return self._catch_up(table_id, deadline=deadline, just_read=True)
 
     # Moderation, by ops.
 
@@ -492,7 +493,9 @@ class GameService:
                 # The deadline is enforced here too, so a dead worker cannot stall a table; it
                 # is the table's own append, not the caller's, and carries no idempotency key.
                 self._catch_up(table_id, deadline=deadline)
-                version, table = self._load(table_id)
+                # Current: the catch-up's own append is cached, and its NothingDue was
+                # decided on the log read in it.
+                version, table = self._load(table_id, trust_cache=True)
             wallet = self._cached_wallet if trust_rest else self._wallet
             plan = Plan(table_id, version, table, wallet, self._seamless)
             plan.trust_cached_limits = trust_rest
@@ -602,17 +605,27 @@ class GameService:
             raise Conflict([stream], 0) from None
 
     def _catch_up(
-        self, table_id: str, actor: Actor = SYSTEM, deadline: float | None = None
+        self,
+        table_id: str,
+        actor: Actor = SYSTEM,
+        deadline: float | None = None,
+        *,
+        just_read: bool = False,
     ) -> Receipt | None:
         """Close a lapsed window and deal, as the table's own append; None if nothing was due.
 
-        Only within the table's turn (`_turn`), whose `deadline` bounds its retries.
+        Only within the table's turn (`_turn`), whose `deadline` bounds its retries. With
+        `just_read`, the caller read the table from the log in this turn a moment ago: the
+        first attempt decides on that (its append names the version, so a write since is a
+        conflict, and the retry reads again).
         """
         new_shoe: list[NewShoe | None] = [None]
+        trust = [just_read]
 
         def prepare() -> Prepared:
             now = self._clock()
-            version, table = self._load(table_id)
+            version, table = self._load(table_id, trust_cache=trust[0])
+            trust[0] = False
             plan = Plan(table_id, version, table, self._wallet, self._seamless)
             plan.new_shoe = new_shoe[0]
             current = table.round
