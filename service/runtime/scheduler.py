@@ -51,6 +51,9 @@ RETRY_AFTER_SECONDS: Final = 1.0
 RETRIES: Final = 5
 # The longest the timer sleeps without looking at the set again: a wake-up lost with a
 # dropped connection costs at most this.
+LATER_BOUND: Final = 100
+"""Windows being scheduled after their requests at most: each waits at most a Redis timeout,
+and past this many (a Redis that hangs) the sweeper closes the rest."""
 MAX_SLEEP_SECONDS: Final = 1.0
 # Due entries taken at once; a busy second's deadlines come in a few takes.
 TAKE_LIMIT: Final = 100
@@ -137,6 +140,8 @@ class RedisWindowScheduler:
         self._monotonic = monotonic
         self._lock = threading.Lock()
         self._quiet_until: float | None = None
+        # Windows handed to threads by requests too late to wait for Redis (`_schedule_later`).
+        self._later_waiting = 0
 
     @classmethod
     def from_url(cls, url: str, *, queue_name: str = WINDOW_QUEUE) -> Self:
@@ -155,13 +160,44 @@ class RedisWindowScheduler:
             return
         left = deadlines.remaining()
         if left is not None and left < CONNECT_TIMEOUT_SECONDS + SOCKET_TIMEOUT_SECONDS:
-            # A Redis that hangs would hold the request past its deadline (events/deadlines.py);
-            # a request this late is already slow, and the sweeper closes the window instead.
+            # A Redis that hangs would hold the request past its deadline (events/deadlines.py):
+            # the round is recorded, so its window is scheduled after the request, on a thread
+            # of the scheduler's own, rather than left to the sweeper (a second or more late
+            # when a loaded server's requests run short of time).
+            self._schedule_later(table_id, round_id, at)
+            return
+        self._send(table_id, round_id, at)
+
+    def _schedule_later(self, table_id: str, round_id: str, at: datetime) -> None:
+        # A daemon thread each (a greenlet under gevent's patching, which a pool's threads
+        # made before the patch would not be), bounded in number; never waited for at exit.
+        with self._lock:
+            full = self._later_waiting >= LATER_BOUND
+            if not full:
+                self._later_waiting += 1
+        if full:
             log.warning(
-                "no time left in the request to schedule round %s's window; it closes lazily",
-                round_id,
+                "too many windows waiting to be scheduled; round %s's closes lazily", round_id
             )
             return
+        threading.Thread(
+            target=self._send_later,
+            args=(table_id, round_id, at),
+            name="window-schedule",
+            daemon=True,
+        ).start()
+
+    def _send_later(self, table_id: str, round_id: str, at: datetime) -> None:
+        try:
+            if self._quiet():
+                log.debug("Redis failed recently; round %s's window closes lazily", round_id)
+                return
+            self._send(table_id, round_id, at)
+        finally:
+            with self._lock:
+                self._later_waiting -= 1
+
+    def _send(self, table_id: str, round_id: str, at: datetime) -> None:
         score = _score(at)
         try:
             # One round trip: the same member for the same round, so scheduling twice moves

@@ -17,6 +17,7 @@ from rq.serializers import JSONSerializer
 
 from domain.outcome import Spot
 from domain.table import TableSettings
+from events import deadlines
 from events.postgres import Pool, PostgresEventStore
 from events.store import EventStore, utc_now
 from service.application.actor import Actor
@@ -275,6 +276,20 @@ def test_scheduling_twice_keeps_one_entry_for_the_round_at_its_exact_deadline(
     (score,) = scheduled(queue).values()
     # Kept to the microsecond, not rounded to a whole second as rq's scheduler would.
     assert datetime.fromtimestamp(score, UTC) == deadline
+
+
+def test_a_request_too_late_to_wait_for_redis_still_has_its_window_scheduled_after_it(
+    queue: Queue,
+) -> None:
+    """A loaded server's request may run short of time after its round is recorded: it does
+    not wait for Redis then, but the window is scheduled after it, on time, rather than left
+    to the sweeper."""
+    scheduler = RedisWindowScheduler(queue.connection, queue_name=queue.name)
+    deadline = (datetime.now(UTC) + timedelta(minutes=5)).replace(microsecond=0)
+    with deadlines.until(time.monotonic() + 0.1):
+        scheduler.schedule_window_close("T1", "T1-1", deadline)
+    wait_for(lambda: "T1 T1-1" in scheduled(queue), "the window scheduled after the request")
+    assert datetime.fromtimestamp(scheduled(queue)["T1 T1-1"], UTC) == deadline
 
 
 def test_scheduling_on_a_dead_redis_logs_and_the_bet_still_succeeds(
