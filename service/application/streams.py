@@ -182,9 +182,11 @@ class StreamCache(Generic[S]):
         self._keep_every = keep_every
         self._lock = threading.Lock()
         self._entries: OrderedDict[str, tuple[int, S]] = OrderedDict()
-        # Cached streams that may have moved elsewhere since (`doubt`): `cached` does not
-        # vouch for them until a read or this process's own append brings them up to date.
-        self._doubted: set[str] = set()
+        # Cached streams that may have moved elsewhere since (`doubt`), each with the number
+        # of the doubt: `cached` does not vouch for them until a read that began after the
+        # doubt brings them up to date.
+        self._doubted: dict[str, int] = {}
+        self._doubts = 0
         # Told of the events read from the log and folded into a state here (`on_read`).
         self._readers: list[Callable[[str, Sequence[DomainEvent]], None]] = []
         # The version of each cached stream's newest snapshot that this process knows of.
@@ -210,12 +212,13 @@ class StreamCache(Generic[S]):
             entry = self._entries.get(stream_id)
             if entry is not None:
                 self._entries.move_to_end(stream_id)
+            # A doubt cast while this read is under way is about a write it may have missed.
+            doubt = self._doubted.get(stream_id)
         if entry is not None:
             version, state = entry
             recorded = store.read_stream(stream_id, from_version=version + 1)
             if not recorded:
-                with self._lock:
-                    self._doubted.discard(stream_id)  # read, and current
+                self._settle_doubt(stream_id, doubt)
                 return version, state, False
             others = any(event.metadata.role != but_role for event in recorded)
         else:
@@ -226,20 +229,29 @@ class StreamCache(Generic[S]):
             state = self._fold(state, event)
         if recorded:
             version = recorded[-1].version
-        self._remember(stream_id, version, state)
         if folded:
+            # Before the state is cached: nobody may find it without the doubts it casts.
             for reader in self._readers:
                 reader(stream_id, folded)
+        self._remember(stream_id, version, state)
+        self._settle_doubt(stream_id, doubt)
         return version, state, others
+
+    def _settle_doubt(self, stream_id: str, doubt: int | None) -> None:
+        """A read that began after doubt number `doubt` (or with none) has answered it."""
+        with self._lock:
+            if doubt is not None and self._doubted.get(stream_id) == doubt:
+                del self._doubted[stream_id]
 
     def on_read(self, reader: Callable[[str, Sequence[DomainEvent]], None]) -> None:
         """Call `reader` with the stream's id and the events whenever events read from the log
-        (not this process's own appends, which `put` records) are folded into a state here."""
+        are folded into a state here: others' writes, mostly (this process's own appends are
+        `put`, but a read may find one before its `put` does)."""
         self._readers.append(reader)
 
     def doubt(self, stream_id: str) -> None:
-        """The stream may have been written elsewhere: `cached` answers None for it until the
-        next `load` reads what is new, or `put` records this process's own append to it.
+        """The stream may have been written elsewhere: `cached` answers None for it until a
+        `load` that began after this reads what is new.
 
         A hint that saves a lost race, never what correctness rests on: an append names the
         version it was decided on, and the store refuses a stale one. Only a cached stream is
@@ -247,7 +259,8 @@ class StreamCache(Generic[S]):
         """
         with self._lock:
             if stream_id in self._entries:
-                self._doubted.add(stream_id)
+                self._doubts += 1
+                self._doubted[stream_id] = self._doubts
 
     def _cold(self, store: EventStore, stream_id: str) -> tuple[int, S, list[RecordedEvent]]:
         """Where a stream not in the cache starts: its newest usable snapshot and the tail."""
@@ -370,12 +383,10 @@ class StreamCache(Generic[S]):
             if newer:
                 self._entries[stream_id] = (version, state)
             self._entries.move_to_end(stream_id)
-            # Read from the log, or appended at the version it names: current either way.
-            self._doubted.discard(stream_id)
             while len(self._entries) > self._capacity:
                 evicted, _ = self._entries.popitem(last=False)
                 self._snapshotted.pop(evicted, None)
-                self._doubted.discard(evicted)
+                self._doubted.pop(evicted, None)
             return newer
 
     def forget(self, stream_id: str) -> None:
@@ -383,7 +394,7 @@ class StreamCache(Generic[S]):
         with self._lock:
             self._entries.pop(stream_id, None)
             self._snapshotted.pop(stream_id, None)
-            self._doubted.discard(stream_id)
+            self._doubted.pop(stream_id, None)
 
 
 def _fold_table(table: Table | None, event: DomainEvent) -> Table | None:

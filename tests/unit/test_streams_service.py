@@ -163,13 +163,40 @@ def test_a_doubted_stream_is_not_vouched_for_until_read_or_appended_again() -> N
     assert cache.table(store, "T1") == (version, table)  # read again: nothing new, and current
     assert cache.cached(stream) == (version, table)
 
+    # This process's own append does not settle it: the doubt may be about a write after it.
     cache.doubt(stream)
-    cache.put(stream, version + 1, table)  # this process's own append, at the version it named
-    assert cache.cached(stream) == (version + 1, table)
+    cache.put(stream, version + 1, table)
+    assert cache.cached(stream) is None
 
     cache.doubt("table:never-cached")  # nothing to doubt: no entry, and no doubt kept
     cache.put("table:never-cached", 1, None)
     assert cache.cached("table:never-cached") == (1, None)
+
+
+def test_a_doubt_cast_while_a_read_is_under_way_outlives_that_read() -> None:
+    """The read may have missed the write the doubt is about (another thread read the table
+    that named it meanwhile): only a read that began after the doubt settles it."""
+    store = InMemoryEventStore(clock=lambda: NOW)
+    GameService(store, lambda: NOW).create_table("T1", TableSettings(), Actor("ops", "ops"))
+    cache = TableCache()
+    stream = table_stream("T1")
+    cache.table(store, "T1")
+    original = store.read_stream
+
+    def doubted_meanwhile(
+        stream_id: str, from_version: int = 1, *, upcast: bool = True
+    ) -> list[RecordedEvent]:
+        found = original(stream_id, from_version, upcast=upcast)
+        cache.doubt(stream_id)
+        return found
+
+    cache.doubt(stream)
+    store.read_stream = doubted_meanwhile  # type: ignore[method-assign]
+    cache.table(store, "T1")
+    assert cache.cached(stream) is None
+    store.read_stream = original  # type: ignore[method-assign]
+    cache.table(store, "T1")
+    assert cache.cached(stream) is not None
 
 
 def test_a_doubt_goes_with_the_entry_the_cache_forgets() -> None:
@@ -179,7 +206,7 @@ def test_a_doubt_goes_with_the_entry_the_cache_forgets() -> None:
     cache.doubt("table:A")
     cache.put("table:B", 1, None)  # evicts A, and its doubt with it
     assert cache.cached("table:A") is None
-    assert cache._doubted == set()  # bounded by the entries: the private set is what's tested
+    assert cache._doubted == {}  # bounded by the entries: the private map is what's tested
     assert store.head() == 0
 
 

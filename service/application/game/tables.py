@@ -493,8 +493,8 @@ class GameService:
                 # The deadline is enforced here too, so a dead worker cannot stall a table; it
                 # is the table's own append, not the caller's, and carries no idempotency key.
                 self._catch_up(table_id, deadline=deadline)
-                # Current: the catch-up's own append is cached, and its NothingDue was
-                # decided on the log read in it.
+                # As of the catch-up: its own append is cached, or its NothingDue was decided
+                # on the log read in it (a write since is a conflict, and the retry reads).
                 version, table = self._load(table_id, trust_cache=True)
             wallet = self._cached_wallet if trust_rest else self._wallet
             plan = Plan(table_id, version, table, wallet, self._seamless)
@@ -568,7 +568,7 @@ class GameService:
                 # cache, which a read in this process may have brought up to date meanwhile.
                 if planned and self._played_elsewhere(table_id, planned[0].version):
                     heat.note_contended(table_id)
-                elif stream not in lost.streams:
+                elif stream not in lost.streams and deadline > self._patience.monotonic():
                     # Only another stream moved (a wallet paid elsewhere): nobody else writes
                     # the table, so one more call, decided on fresh reads, and into the group
                     # commit; the turn is for a race lost again.
@@ -576,7 +576,8 @@ class GameService:
                         return run(self._one_try)
         # Take turns with the table's other writers, deciding on the table read in the turn
         # (the events after the cached version, in the turn's first round trip); the wallets
-        # and limits, which others rarely write, come from the cache. The append is made in
+        # and limits, which others rarely write, come from the cache unless doubted (a wallet
+        # the table's new events moved is read first). The append is made in
         # the turn's transaction, whose commit ends the turn. Retries remain for writers that
         # take no turn.
         trusted["table"], trusted["rest"] = False, True
@@ -768,8 +769,8 @@ class GameService:
         # process. A bet that trusted their cached wallets would lose its race to it, and be
         # decided and appended again (at every seat, once a round); doubted, each wallet is
         # read first, in one short read.
-        for event in events:
-            player_id = whose_money_moved(event)
+        moved = {whose_money_moved(event) for event in events}
+        for player_id in moved:
             if player_id is not None:
                 self._wallets.doubt(wallet_stream(player_id))
 
