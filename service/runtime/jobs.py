@@ -32,7 +32,7 @@ from service.application.game.tables import GameService, WindowScheduler
 from service.application.read_models import projector
 from service.application.seamless import SeamlessWalletConfig
 from service.application.seamless_calls import SeamlessCalls, shoebox_calls
-from service.application.streams import TableCache
+from service.application.streams import TableCache, table_stream
 from service.application.upcasters import upcasters
 from service.application.wallet_reconciliation import WalletEntry, report_day
 from service.runtime.failpoints import deal_append_hook
@@ -133,9 +133,13 @@ def close_betting_window(table_id: str, round_id: str) -> str:
     # A close is milliseconds of PostgreSQL; bounded, so that a database that hangs fails it
     # (to be tried again, or swept) rather than holding a closer, or a stopping worker, for good.
     with deadlines.until(time.monotonic() + CLOSE_DEADLINE_SECONDS):
-        # Read before closing, from the cache GameService shares: without closing anything, as
-        # reading through GameService would.
-        _, table = services.tables.table(services.store, table_id)
+        # The round's deadline, for the lateness metric: from the cache GameService shares,
+        # where this worker's last close of the table left the round it opened (the usual
+        # case); else read, without closing anything, as reading through GameService would.
+        cached = services.tables.cached(table_stream(table_id))
+        table = cached[1] if cached is not None else None
+        if table is None or table.round is None or table.round.round_id != round_id:
+            _, table = services.tables.table(services.store, table_id)
         due = table.round if table is not None and table.round is not None else None
         try:
             receipt = games.close_window(table_id, round_id)
