@@ -51,10 +51,10 @@ RETRY_AFTER_SECONDS: Final = 1.0
 RETRIES: Final = 5
 # The longest the timer sleeps without looking at the set again: a wake-up lost with a
 # dropped connection costs at most this.
-LATER_BOUND: Final = 100
-"""Windows being scheduled after their requests at most: each waits at most a Redis timeout,
-and past this many (a Redis that hangs) the sweeper closes the rest."""
 MAX_SLEEP_SECONDS: Final = 1.0
+# Windows being scheduled after their requests at most: each waits at most a Redis timeout,
+# and past this many (a Redis that hangs) the sweeper closes the rest.
+LATER_BOUND: Final = 100
 # Due entries taken at once; a busy second's deadlines come in a few takes.
 TAKE_LIMIT: Final = 100
 # Closing windows at once: each is a few milliseconds of PostgreSQL, and a slow one must not
@@ -180,12 +180,17 @@ class RedisWindowScheduler:
                 "too many windows waiting to be scheduled; round %s's closes lazily", round_id
             )
             return
-        threading.Thread(
-            target=self._send_later,
-            args=(table_id, round_id, at),
-            name="window-schedule",
-            daemon=True,
-        ).start()
+        try:
+            threading.Thread(
+                target=self._send_later,
+                args=(table_id, round_id, at),
+                name="window-schedule",
+                daemon=True,
+            ).start()
+        except RuntimeError:  # no thread to be had: the sweeper closes it
+            with self._lock:
+                self._later_waiting -= 1
+            log.warning("could not schedule round %s's window; it closes lazily", round_id)
 
     def _send_later(self, table_id: str, round_id: str, at: datetime) -> None:
         try:
