@@ -43,7 +43,9 @@ def test_the_load_benchmark_runs_in_quick_mode(postgres_server_url: str, tmp_pat
         assert level["windows"] > 0
         assert level["closed_by"]["worker timer"] > 0
         assert level["late_p50_ms"] >= 0  # never before the deadline
-        # The rounds after each table's first are measured apart (a quick level has some).
+        # The windows after each table's first of the level are measured apart: a quick
+        # level plays a second round at each table.
+        assert 0 < level["later_windows"] < level["windows"]
         assert 0 <= level["late_p99_later_ms"] <= level["late_max_ms"]
         assert level["lag_events"] >= 0
         # Every 409 is classified by the rule it names or its problem type, and none is a
